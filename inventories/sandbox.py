@@ -1,0 +1,12 @@
+"""The local sandbox pod (see podkit/sandbox.py). Bring it up first:
+
+    python cli.py sandbox up
+    pyinfra -y inventories/sandbox.py deploy.py
+
+Its CPU settings are in group_data/sandbox.py; its ports and paths come from
+the sandbox's state folder (.sandbox/, or $PODKIT_SANDBOX_DIR).
+"""
+
+from podkit.sandbox import Sandbox
+
+sandbox = [("sandbox", Sandbox().host_data())]

@@ -1,0 +1,1 @@
+"""podkit's pyinfra operations and facts. Each module is one tool, like pyinfra's own."""

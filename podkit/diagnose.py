@@ -1,0 +1,119 @@
+"""Turn the tail of a vLLM server log into one line: what went wrong and what to change.
+
+The patterns are the messages vLLM prints for the failures users hit most
+(see tests/fixtures/vllm_logs/ for real logs of each). The first rule that
+matches wins, so the more specific ones come first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    cause: str
+    fix: str
+    evidence: str
+
+    def line(self) -> str:
+        return f"{self.cause}: {self.fix} (log: {self.evidence})"
+
+
+# (name, pattern, cause, fix): one table, in order of precedence.
+RULES: list[tuple[str, str, str, str]] = [
+    (
+        "tool_parser_unknown",
+        r"invalid tool.call parser|tool.call.parser.*(not|isn't) (valid|registered|supported)|"
+        r"KeyError: .?tool parser|Unknown tool parser",
+        "vLLM does not know the tool-call parser",
+        "set vllm_tool_call_parser to one this vLLM version registers (python cli.py plan lists them)",
+    ),
+    (
+        "reasoning_parser_unknown",
+        r"invalid reasoning parser|reasoning.parser.*(not|isn't) (valid|registered|supported)",
+        "vLLM does not know the reasoning parser",
+        "set vllm_reasoning_parser to one this vLLM version registers, or None",
+    ),
+    (
+        "port_in_use",
+        r"Address already in use|\[Errno 98\]",
+        "the port is already taken on the host",
+        "stop the other server on that port or set vllm_port to a free one",
+    ),
+    (
+        "max_model_len_over_model",
+        r"User-specified max_model_len .* is greater than|greater than the derived max_model_len",
+        "vllm_max_model_len is longer than the model's context",
+        "lower vllm_max_model_len to the model's max_position_embeddings (or use 'auto')",
+    ),
+    (
+        "kv_cache_too_small",
+        r"larger than the maximum number of tokens that can be stored in KV cache|"
+        r"max seq len .* is larger than|estimated maximum model length is|"
+        r"No available memory for the cache blocks|KV cache is needed, which is larger than",
+        "the KV cache cannot hold one request of vllm_max_model_len tokens",
+        "lower vllm_max_model_len, set vllm_kv_cache_dtype='fp8', raise vllm_gpu_memory_utilization, "
+        "or use more GPUs (python cli.py plan shows what fits)",
+    ),
+    (
+        "cuda_oom",
+        r"CUDA out of memory|torch\.OutOfMemoryError|OutOfMemoryError|CUDA error: out of memory",
+        "the GPU ran out of memory",
+        "use the FP8 checkpoint, a smaller vllm_max_model_len, a lower vllm_gpu_memory_utilization "
+        "if another process holds GPU memory, or more GPUs",
+    ),
+    (
+        "cpu_oom",
+        r"Available memory on node \d+ .*is less than|Cannot allocate memory|std::bad_alloc|"
+        r"MemoryError|Killed\s*$",
+        "the host ran out of CPU memory",
+        "give the server a smaller KV cache (--kv-cache-memory-bytes / VLLM_CPU_KVCACHE_SPACE) or a smaller model",
+    ),
+    (
+        "no_gpu",
+        r"No CUDA GPUs are available|Failed to infer device type|no NVIDIA driver",
+        "vLLM found no usable device",
+        "check nvidia-smi on the host (a restarted pod can come back without its GPU), "
+        "or use the CPU build (podkit_vllm_cpu_package) on a CPU host",
+    ),
+    (
+        "model_missing",
+        r"Repository Not Found|RepositoryNotFoundError|does not appear to have a file named|"
+        r"Can't load the configuration|No such file or directory: .*config\.json|Invalid repository ID",
+        "vLLM could not find the model",
+        "check vllm_model (a hub repo id or a folder on the host holding config.json)",
+    ),
+    (
+        "model_gated",
+        r"GatedRepoError|gated repo|401 Client Error|Access to model .* is restricted",
+        "the model is gated and the host has no token for it",
+        "accept the model's licence on the hub and provide HF_TOKEN",
+    ),
+    (
+        "vllm_metadata",
+        r"PackageNotFoundError: No package metadata was found for vllm",
+        "the vLLM CLI cannot read its own version (a vllm-cpu install without its shim)",
+        "re-apply the deploy: it adds the 'vllm' metadata the CPU build lacks",
+    ),
+]
+
+_COMPILED = [(name, re.compile(pattern, re.IGNORECASE), cause, fix) for name, pattern, cause, fix in RULES]
+
+
+def diagnose(log_lines: list[str]) -> Diagnosis | None:
+    """The first known failure found in ``log_lines`` (a log tail), or None."""
+    for name, pattern, cause, fix in _COMPILED:
+        for line in reversed(log_lines):
+            if pattern.search(line):
+                return Diagnosis(cause=cause, fix=fix, evidence=line.strip()[-200:])
+    return None
+
+
+def rule_name(log_lines: list[str]) -> str | None:
+    """Which rule matched (for tests and ``--json`` output)."""
+    for name, pattern, _cause, _fix in _COMPILED:
+        if any(pattern.search(line) for line in log_lines):
+            return name
+    return None

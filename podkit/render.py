@@ -1,0 +1,110 @@
+"""The files podkit writes on a host, rendered on the controller from ``templates/``.
+
+Rendering here (rather than on the host) lets the deploy compare a file's
+checksum with the probe's and skip the write, and the restart, when nothing
+changed. No secret is ever passed to a template: the launch script reads the
+key from its file at start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from .config import PackageSpec, Settings
+from .hoststate import managed_files
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+
+
+@dataclass(frozen=True)
+class RenderedFile:
+    path: str
+    content: str
+    mode: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.content.encode()).hexdigest()
+
+
+def _environment(templates: Path) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["q"] = lambda value: shlex.quote(str(value))
+    return env
+
+
+def serve_argv(settings: Settings, vllm_bin: str, gpu_count: int) -> list[str]:
+    """The ``vllm serve`` command line. Holds no secret: the key travels in VLLM_API_KEY."""
+    tp = settings.tensor_parallel_size or max(gpu_count, 1)
+    argv = [
+        vllm_bin, "serve", settings.model,
+        "--served-model-name", settings.served_model_name,
+        "--host", settings.host,
+        "--port", str(settings.port),
+        "--max-model-len", str(settings.max_model_len),
+        "--gpu-memory-utilization", str(settings.gpu_memory_utilization),
+        "--kv-cache-dtype", settings.kv_cache_dtype,
+        "--tensor-parallel-size", str(tp),
+    ]
+    if settings.tool_call_parser:
+        argv += ["--enable-auto-tool-choice", "--tool-call-parser", settings.tool_call_parser]
+    if settings.reasoning_parser:
+        argv += ["--reasoning-parser", settings.reasoning_parser]
+    if settings.generation_config:
+        argv += ["--override-generation-config", json.dumps(settings.generation_config, sort_keys=True)]
+    return argv + list(settings.extra_args)
+
+
+def host_files(
+    settings: Settings,
+    *,
+    package: PackageSpec,
+    vllm_bin: str,
+    gpu_count: int,
+    templates: Path = TEMPLATES,
+) -> dict[str, RenderedFile]:
+    """The env file, launch script and runner script for one host, keyed by role."""
+    env = _environment(templates)
+    paths = settings.paths
+    server_env = {**paths.cache_env(), **settings.extra_env}
+    return {
+        "env": RenderedFile(
+            paths.env_file, env.get_template("env.sh.j2").render(env=server_env), "644"
+        ),
+        "launch": RenderedFile(
+            paths.launch_script,
+            env.get_template("launch.sh.j2").render(
+                served_model_name=settings.served_model_name,
+                package=str(package),
+                env_file=paths.env_file,
+                key_file=paths.api_key,
+                argv=serve_argv(settings, vllm_bin, gpu_count),
+            ),
+            "755",
+        ),
+        "runner": RenderedFile(
+            paths.runner_script,
+            env.get_template("runner.sh.j2").render(
+                runner_script=paths.runner_script,
+                launch_script=paths.launch_script,
+                run_dir=paths.run,
+                log_file=paths.log_file,
+                summed=managed_files(settings),
+                log_max_bytes=settings.log_max_bytes,
+                log_keep=settings.log_keep,
+                backoff_max=settings.restart_backoff_max,
+            ),
+            "755",
+        ),
+    }

@@ -1,0 +1,105 @@
+"""The local sandbox "pod": a private sshd on loopback, a volume folder and a tiny model.
+
+It lets anyone without a GPU box see the whole product work: the deploy runs
+over real SSH against this machine, installs the CPU build of vLLM into the
+sandbox volume's venv, and serves a tiny random-weight Qwen2-style model that
+``podkit.tinymodel`` writes locally (no hub access). Its state lives in one
+git-ignored folder (``.sandbox/`` unless ``$PODKIT_SANDBOX_DIR`` says otherwise):
+
+    sshd/            host key, client key, known_hosts, sshd_config, pid, log
+    volume/          the pod's persistent volume (podkit keeps everything under volume/podkit)
+    volume/models/tiny-coder/   the checkpoint the sandbox serves
+    api_key          the sandbox's API key (0600), used by the deploy and cli.py verify
+    sandbox.json     ports and paths, read by inventories/sandbox.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from . import PROJECT_ROOT
+from .sshd import PrivateSshd, free_port
+from .tinymodel import write_tiny_model
+
+SERVED_MODEL_NAME = "tiny-coder"
+ENV_DIR = "PODKIT_SANDBOX_DIR"
+
+
+class SandboxError(RuntimeError):
+    """The sandbox is not usable as asked; the message says what to run."""
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get(ENV_DIR) or PROJECT_ROOT / ".sandbox").absolute()
+
+
+class Sandbox:
+    def __init__(self, state_dir: Path | None = None) -> None:
+        self.state_dir = Path(state_dir or default_state_dir()).absolute()
+        self.sshd = PrivateSshd(self.state_dir / "sshd")
+
+    volume = property(lambda self: self.state_dir / "volume")
+    model_dir = property(lambda self: self.volume / "models" / SERVED_MODEL_NAME)
+    state_file = property(lambda self: self.state_dir / "sandbox.json")
+    api_key_file = property(lambda self: self.state_dir / "api_key")
+    runner_script = property(lambda self: self.volume / "podkit" / "bin" / "runner.sh")
+
+    def _saved(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def up(self) -> dict[str, Any]:
+        """Start (or find) the sandbox; idempotent. Returns the inventory's host data."""
+        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.volume.mkdir(parents=True, exist_ok=True)
+        write_tiny_model(self.model_dir)
+        ssh = self.sshd.start()
+        saved = self._saved() or {}
+        port = saved.get("vllm_port") or free_port()
+        state = {"vllm_port": port, "ssh": ssh.pyinfra_data()}
+        self.state_file.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+        return self.host_data()
+
+    def host_data(self) -> dict[str, Any]:
+        """pyinfra host data for the sandbox: SSH access plus what differs from group_data."""
+        saved = self._saved()
+        if saved is None or not self.sshd.status()["running"]:
+            raise SandboxError(f"the sandbox in {self.state_dir} is not up: run python cli.py sandbox up")
+        return {
+            **saved["ssh"],
+            "podkit_volume": str(self.volume),
+            "podkit_api_key_file": str(self.api_key_file),
+            "vllm_model": str(self.model_dir),
+            "vllm_served_model_name": SERVED_MODEL_NAME,
+            "vllm_port": saved["vllm_port"],
+        }
+
+    def down(self) -> dict[str, Any]:
+        """Stop the sandbox's vLLM runner and its sshd; the volume (venv, model) stays."""
+        stopped_runner = False
+        if self.runner_script.exists():
+            subprocess.run(["/bin/sh", str(self.runner_script), "stop"], capture_output=True, timeout=120)
+            stopped_runner = True
+        self.sshd.stop()
+        return {"sshd": "stopped", "runner": "stopped" if stopped_runner else "never started"}
+
+    def status(self) -> dict[str, Any]:
+        saved = self._saved() or {}
+        sshd = self.sshd.status()
+        runner = "not installed"
+        if self.runner_script.exists():
+            out = subprocess.run(["/bin/sh", str(self.runner_script), "status"], capture_output=True, text=True)
+            runner = out.stdout.strip()
+        return {
+            "state_dir": str(self.state_dir),
+            "sshd": sshd,
+            "vllm_port": saved.get("vllm_port"),
+            "volume": str(self.volume),
+            "runner": runner,
+        }

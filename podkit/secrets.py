@@ -1,0 +1,89 @@
+"""The one API key shared by the server and every client command of this project.
+
+It lives on the controller in a git-ignored file of mode 0600 (default
+``.secrets/api_key``) and on the host in a 0600 file on the volume. It is made
+once (32 random bytes, hex) unless the user supplies one through the
+``PODKIT_API_KEY`` environment variable, which is then written to the file so
+that later client commands read the same key. Rotating it is ``cli.py key rotate``
+(or a new ``PODKIT_API_KEY``) followed by a re-apply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+from pathlib import Path
+
+ENV_VAR = "PODKIT_API_KEY"
+_VALID = re.compile(r"^[A-Za-z0-9._~+/=-]{16,256}$")
+
+
+class KeyError_(ValueError):
+    """The supplied or stored key is unusable; the message says how to fix it."""
+
+
+def new_key() -> str:
+    return secrets.token_hex(32)
+
+
+def key_digest(key: str) -> str:
+    """What the host's key file checksums to: the key and a newline."""
+    return hashlib.sha256(file_content(key).encode()).hexdigest()
+
+
+def file_content(key: str) -> str:
+    return key + "\n"
+
+
+def _check(key: str, source: str) -> str:
+    if not _VALID.match(key):
+        raise KeyError_(
+            f"the API key from {source} must be 16-256 characters of letters, digits or ._~+/=-; "
+            f"fix it or delete the file to have podkit generate one"
+        )
+    return key
+
+
+def read_key(path: str | Path) -> str | None:
+    path = Path(path)
+    if not path.exists():
+        return None
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise KeyError_(f"{path} is readable by other users (mode {mode:o}); run: chmod 600 {path}")
+    return _check(path.read_text().strip(), str(path))
+
+
+def write_key(path: str | Path, key: str) -> None:
+    """Write ``key`` atomically with mode 0600 in a 0700 folder."""
+    path = Path(path)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(file_content(key))
+    os.replace(tmp, path)
+
+
+def ensure_key(path: str | Path, environ: dict[str, str] | None = None) -> str:
+    """The project's key: from ``PODKIT_API_KEY`` if set, else the file, else a new one."""
+    environ = os.environ if environ is None else environ
+    supplied = environ.get(ENV_VAR, "").strip()
+    stored = read_key(path)
+    if supplied:
+        _check(supplied, f"${ENV_VAR}")
+        if supplied != stored:
+            write_key(path, supplied)
+        return supplied
+    if stored is None:
+        stored = new_key()
+        write_key(path, stored)
+    return stored
+
+
+def rotate_key(path: str | Path) -> str:
+    key = new_key()
+    write_key(path, key)
+    return key

@@ -1,0 +1,269 @@
+"""Read-only checks of what a coding agent depends on: health, auth, models, chat, tool calls.
+
+Each check returns a :class:`Check` (pass/fail, a reason that names the fix,
+and its time). Nothing here changes the server. The checks speak HTTP to the
+endpoint the way a client does: plain requests for /health and the 401 check,
+the ``openai`` client for completions and tool calls.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import openai
+
+
+class Outcome(enum.IntEnum):
+    """Exit codes, so scripts can tell failure classes apart (after httpie's)."""
+
+    OK = 0
+    ERROR = 1  # anything not classified below
+    # 2 is click's code for bad input
+    UNREACHABLE = 3
+    AUTH = 4
+    TOOL_CALLING = 5
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    seconds: float
+    outcome: Outcome = Outcome.OK
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["outcome"] = self.outcome.name.lower()
+        return data
+
+
+@dataclass
+class Report:
+    endpoint: str
+    model: str
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(check.ok for check in self.checks)
+
+    @property
+    def outcome(self) -> Outcome:
+        failed = [check.outcome for check in self.checks if not check.ok]
+        return min(failed, key=_severity) if failed else Outcome.OK
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "endpoint": self.endpoint,
+            "model": self.model,
+            "ok": self.ok,
+            "outcome": self.outcome.name.lower(),
+            "checks": [check.as_dict() for check in self.checks],
+        }
+
+
+def _severity(outcome: Outcome) -> int:
+    """The first cause wins: unreachable explains auth failures, auth explains tool failures."""
+    return [Outcome.UNREACHABLE, Outcome.AUTH, Outcome.TOOL_CALLING, Outcome.ERROR].index(outcome)
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city.",
+        "strict": True,
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "enum": ["Paris", "Berlin", "Tokyo"]},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def schema_errors(value: Any, schema: dict[str, Any], where: str = "arguments") -> list[str]:
+    """The ways ``value`` breaks ``schema`` (the JSON-schema subset tool definitions use)."""
+    errors: list[str] = []
+    kind = schema.get("type")
+    types = {"object": dict, "string": str, "array": list, "boolean": bool, "integer": int, "number": (int, float)}
+    if kind in types and (not isinstance(value, types[kind]) or (kind in ("integer", "number") and isinstance(value, bool))):
+        return [f"{where} should be {kind}, got {type(value).__name__}"]
+    if "enum" in schema and value not in schema["enum"]:
+        errors.append(f"{where}={value!r} is not one of {schema['enum']}")
+    if kind == "object":
+        props = schema.get("properties", {})
+        for name in schema.get("required", []):
+            if name not in value:
+                errors.append(f"{where} lacks required {name!r}")
+        for name, item in value.items():
+            if name in props:
+                errors += schema_errors(item, props[name], f"{where}.{name}")
+            elif schema.get("additionalProperties") is False:
+                errors.append(f"{where} has unexpected {name!r}")
+    if kind == "array" and "items" in schema:
+        for index, item in enumerate(value):
+            errors += schema_errors(item, schema["items"], f"{where}[{index}]")
+    return errors
+
+
+def _http_status(url: str, key: str | None, timeout: float) -> tuple[int | None, bytes, str]:
+    request = urllib.request.Request(url)
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            return response.status, response.read(), ""
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(), ""
+    except (OSError, ValueError) as exc:
+        return None, b"", str(getattr(exc, "reason", exc))
+
+
+class Verifier:
+    """Runs the checks against ``base_url`` (``http://host:port``) for ``model``."""
+
+    def __init__(self, base_url: str, api_key: str, model: str, timeout: float = 60.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.model = model
+        self.timeout = timeout
+        self.client = openai.OpenAI(
+            base_url=f"{self.base_url}/v1", api_key=api_key, max_retries=0, timeout=timeout
+        )
+
+    def _timed(self, name: str, func: Callable[[], tuple[bool, str, Outcome]]) -> Check:
+        start = time.monotonic()
+        try:
+            ok, detail, outcome = func()
+        except openai.APIConnectionError as exc:
+            ok, detail, outcome = False, f"no answer from {self.base_url}: {exc}", Outcome.UNREACHABLE
+        except openai.AuthenticationError:
+            ok, detail, outcome = False, "the server rejects the key (HTTP 401): re-apply the deploy", Outcome.AUTH
+        except openai.APIStatusError as exc:
+            ok, detail, outcome = False, f"HTTP {exc.status_code}: {_error_text(exc)}", Outcome.ERROR
+        return Check(name, ok, detail, round(time.monotonic() - start, 3), Outcome.OK if ok else outcome)
+
+    def health(self) -> tuple[bool, str, Outcome]:
+        status, _, error = _http_status(f"{self.base_url}/health", None, self.timeout)
+        if status is None:
+            return False, f"no answer from {self.base_url}: {error}", Outcome.UNREACHABLE
+        return status == 200, f"/health answered {status}", Outcome.ERROR
+
+    def auth_required(self) -> tuple[bool, str, Outcome]:
+        status, _, error = _http_status(f"{self.base_url}/v1/models", None, self.timeout)
+        if status is None:
+            return False, f"no answer: {error}", Outcome.UNREACHABLE
+        if status == 401:
+            return True, "/v1/models refuses a request without the key (401)", Outcome.OK
+        return False, f"/v1/models answered {status} without a key: the server runs without auth", Outcome.AUTH
+
+    def models(self) -> tuple[bool, str, Outcome]:
+        status, body, error = _http_status(f"{self.base_url}/v1/models", self.api_key, self.timeout)
+        if status is None:
+            return False, f"no answer: {error}", Outcome.UNREACHABLE
+        if status == 401:
+            return False, "the server rejects our key (401): re-apply the deploy so both use the same key file", Outcome.AUTH
+        if status != 200:
+            return False, f"/v1/models answered {status}", Outcome.ERROR
+        ids = [m.get("id") for m in json.loads(body).get("data", [])]
+        if self.model not in ids:
+            return False, f"/v1/models lists {ids}, not {self.model!r}", Outcome.ERROR
+        return True, f"lists {self.model!r}", Outcome.OK
+
+    def chat(self) -> tuple[bool, str, Outcome]:
+        reply = self.client.chat.completions.create(
+            model=self.model, messages=[{"role": "user", "content": "Say hello."}], max_tokens=16
+        )
+        choice = reply.choices[0]
+        tokens = reply.usage.completion_tokens if reply.usage else "?"
+        return True, f"{tokens} tokens, finish_reason={choice.finish_reason}", Outcome.OK
+
+    def tool_auto(self) -> tuple[bool, str, Outcome]:
+        try:
+            reply = self.client.chat.completions.create(
+                model=self.model,
+                messages=[{"role": "user", "content": "What is the weather in Paris, in celsius?"}],
+                tools=[WEATHER_TOOL],
+                tool_choice="auto",
+                max_tokens=64,
+            )
+        except openai.BadRequestError as exc:
+            text = _error_text(exc)
+            if "enable-auto-tool-choice" in text or "tool-call-parser" in text or "tool_choice" in text:
+                return False, (
+                    "the server was started without --enable-auto-tool-choice --tool-call-parser: "
+                    "set vllm_tool_call_parser for this model family and re-apply"
+                ), Outcome.TOOL_CALLING
+            return False, f"HTTP 400: {text}", Outcome.TOOL_CALLING
+        message = reply.choices[0].message
+        if message.tool_calls:
+            return True, f"called {message.tool_calls[0].function.name}", Outcome.OK
+        content = message.content or ""
+        if "<tool_call>" in content or '"arguments"' in content or "[TOOL_CALLS]" in content:
+            return False, (
+                "the model wrote a tool call as plain text (HTTP 200, finish_reason "
+                f"{reply.choices[0].finish_reason}): vllm_tool_call_parser does not match the model"
+            ), Outcome.TOOL_CALLING
+        return True, "accepted (the model chose to answer in text)", Outcome.OK
+
+    def tool_named(self) -> tuple[bool, str, Outcome]:
+        name = WEATHER_TOOL["function"]["name"]
+        try:
+            reply = self.client.chat.completions.create(
+                model=self.model,
+                messages=[{"role": "user", "content": "What is the weather in Paris, in celsius?"}],
+                tools=[WEATHER_TOOL],
+                tool_choice={"type": "function", "function": {"name": name}},
+                max_tokens=128,
+            )
+        except openai.BadRequestError as exc:
+            return False, f"HTTP 400 for a named tool call: {_error_text(exc)}", Outcome.TOOL_CALLING
+        calls = reply.choices[0].message.tool_calls or []
+        if not calls:
+            return False, "no tool_calls in the answer to a named tool_choice", Outcome.TOOL_CALLING
+        call = calls[0].function
+        try:
+            arguments = json.loads(call.arguments)
+        except ValueError:
+            return False, f"arguments are not JSON: {call.arguments[:120]!r}", Outcome.TOOL_CALLING
+        errors = schema_errors(arguments, WEATHER_TOOL["function"]["parameters"])
+        if call.name != name or errors:
+            return False, f"{call.name}({call.arguments}) breaks the schema: {'; '.join(errors)}", Outcome.TOOL_CALLING
+        return True, f"{call.name}({json.dumps(arguments, sort_keys=True)}) matches the schema", Outcome.OK
+
+    def run(self) -> Report:
+        report = Report(self.base_url, self.model)
+        steps = [
+            ("health", self.health),
+            ("auth required", self.auth_required),
+            ("models", self.models),
+            ("chat", self.chat),
+            ("tool call (auto)", self.tool_auto),
+            ("tool call (named, strict)", self.tool_named),
+        ]
+        for name, func in steps:
+            check = self._timed(name, func)
+            report.checks.append(check)
+            if check.outcome == Outcome.UNREACHABLE:
+                break
+        return report
+
+
+def _error_text(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        body = body.get("message") or body.get("error") or body
+    return str(body or exc.message)[:300]
