@@ -88,28 +88,26 @@ def sandbox_status(as_json):
 def load_hosts(inventory: str, host_names: tuple[str, ...] = ()):
     """(name, Settings, data) for each host of a pyinfra inventory, with group_data applied
     exactly as the deploy sees it."""
-    from pyinfra_cli.inventory import make_inventory
-
     from podkit import PROJECT_ROOT
-    from podkit.config import KEYS, Settings, SettingsError
+    from podkit.config import Settings, SettingsError
+    from podkit.inventory import InventoryError, load_inventory
 
     try:
-        loaded = make_inventory(inventory, cwd=str(PROJECT_ROOT))
-    except Exception as exc:  # the inventory's own code failed: say so plainly
-        raise click.ClickException(f"cannot load {inventory}: {exc}")
+        loaded = load_inventory(inventory, PROJECT_ROOT)
+    except InventoryError as exc:
+        raise click.ClickException(f"cannot load {exc}")
     hosts = []
     for host in loaded:
         if host_names and host.name not in host_names:
             continue
-        data = {key: host.data.get(key) for key in KEYS}
-        data.update({k: host.data.get(k) for k in ("ssh_hostname", "podkit_endpoint_url")})
         try:
-            settings = Settings.from_mapping(data)
+            settings = Settings.from_mapping(host.data)
         except SettingsError as exc:
             raise click.ClickException(f"{host.name}: {exc}")
-        hosts.append((host.name, settings, data))
+        hosts.append((host.name, settings, host.data))
     if not hosts:
-        raise click.BadParameter(f"no hosts{' named ' + ', '.join(host_names) if host_names else ''} in {inventory}")
+        wanted = f" named {', '.join(host_names)}" if host_names else ""
+        raise click.BadParameter(f"no hosts{wanted} in {inventory}")
     return hosts
 
 

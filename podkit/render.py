@@ -66,6 +66,18 @@ def serve_argv(settings: Settings, vllm_bin: str, gpu_count: int) -> list[str]:
     return argv + list(settings.extra_args)
 
 
+def argv_lines(argv: list[str]) -> list[str]:
+    """Shell-quoted argv grouped for reading: the program and subcommand, then one option per line."""
+    quoted = [shlex.quote(arg) for arg in argv]
+    lines = [" ".join(quoted[:3])]
+    for index in range(3, len(argv)):
+        if argv[index].startswith("--") or not lines or index == 3:
+            lines.append(quoted[index])
+        else:
+            lines[-1] += " " + quoted[index]
+    return lines
+
+
 def host_files(
     settings: Settings,
     *,
@@ -89,7 +101,7 @@ def host_files(
                 package=str(package),
                 env_file=paths.env_file,
                 key_file=paths.api_key,
-                argv=serve_argv(settings, vllm_bin, gpu_count),
+                argv_lines=argv_lines(serve_argv(settings, vllm_bin, gpu_count)),
             ),
             "755",
         ),
