@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Make this machine ready to run podkit and its tests: OpenSSH server (for the
+# sandbox pod and the end-to-end tests) and the project's virtualenv at .venv.
+# Idempotent; safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
+    echo "setup: installing openssh-server (the sandbox pod's sshd)" >&2
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq openssh-server iproute2 >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv" >&2
+    python3 -m venv .venv
+fi
+if ! .venv/bin/python -c "import podkit, pyinfra, click, openai, huggingface_hub, pytest" 2>/dev/null \
+    || [ pyproject.toml -nt .venv/.podkit-installed ]; then
+    echo "setup: installing podkit and its pinned dependencies into .venv" >&2
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+    touch .venv/.podkit-installed
+fi
