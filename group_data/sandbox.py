@@ -7,13 +7,7 @@ vllm_host = "127.0.0.1"
 vllm_max_model_len = 2048
 # CPU build: skip torch.compile (a start in ~30 s, not minutes) and size the KV
 # cache explicitly (vLLM's default share of memory fails on small machines).
-# A random-weight model pads JSON with endless whitespace: structured outputs
-# (named tool calls) allow none, so the arguments finish within max_tokens.
-vllm_extra_args = [
-    "--enforce-eager",
-    "--kv-cache-memory-bytes", "64M",
-    "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
-]
+vllm_extra_args = ["--enforce-eager", "--kv-cache-memory-bytes", "64M"]
 vllm_extra_env = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     "VLLM_HOST_IP": "127.0.0.1",

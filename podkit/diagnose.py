@@ -112,8 +112,10 @@ def diagnose(log_lines: list[str]) -> Diagnosis | None:
     """The first known failure found in ``log_lines`` (a log tail), or None."""
     for name, pattern, cause, fix in _COMPILED:
         for line in reversed(log_lines):
-            if pattern.search(line):
-                return Diagnosis(cause=cause, fix=fix, evidence=line.strip()[-200:])
+            match = pattern.search(line)
+            if match:
+                start = max(0, match.start() - 40)
+                return Diagnosis(cause=cause, fix=fix, evidence=line[start : match.start() + 200].strip())
     return None
 
 

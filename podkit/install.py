@@ -30,7 +30,7 @@ def cpu_metadata_shim(version: str) -> str:
         f' && rm -rf "$site"/vllm-*+cpu.dist-info && mkdir -p "$site/{dist}"'
         f' && printf "{metadata}" > "$site/{dist}/METADATA"'
         f' && printf "podkit\\n" > "$site/{dist}/INSTALLER"'
-        f' && : > "$site/{dist}/RECORD"'
+        f' && printf "{dist}/METADATA,,\\n{dist}/INSTALLER,,\\n{dist}/RECORD,,\\n" > "$site/{dist}/RECORD"'
     )
 
 

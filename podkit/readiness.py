@@ -29,7 +29,7 @@ def wait_config(settings: Settings, window: float) -> dict:
         "log_file": paths.log_file,
         "window": window,
         "crash_limit": CRASH_LIMIT,
-        "tail_lines": 60,
+        "tail_lines": 200,  # vLLM prints the root cause far above its last lines
     }
 
 

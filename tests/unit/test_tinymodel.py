@@ -150,6 +150,20 @@ def test_weight_values(files):
     assert max(abs(v) for v in values) < 0.2
 
 
+def test_embedding_disfavours_whitespace(files, config):
+    """Dimension 0 of the embedding is a logit bias, lower for pure whitespace
+    tokens, so constrained JSON cannot be padded with whitespace forever."""
+    hidden = config["hidden_size"]
+    emb = _bf16_values(files, "model.embed_tokens.weight")
+    dim0 = {token_id: emb[token_id * hidden] for token_id in range(config["vocab_size"])}
+    whitespace = {9, 10, 13, 32}  # byte tokens: tab, LF, CR, space
+    assert {dim0[t] for t in whitespace} == {0.5}
+    assert {v for t, v in dim0.items() if t not in whitespace} == {1.0}
+    # The other dimensions stay small and random.
+    rest = [v for i, v in enumerate(emb) if i % hidden]
+    assert max(abs(v) for v in rest) < 0.2
+
+
 def test_config_consistent(config):
     assert config["architectures"] == ["Qwen2ForCausalLM"]
     assert config["model_type"] == "qwen2"
