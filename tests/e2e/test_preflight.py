@@ -1,0 +1,44 @@
+"""Bad input stops a host before anything is installed, with a message that names the fix."""
+
+import json
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+from podkit.sandbox import Sandbox
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def box(tmp_path):
+    if shutil.which("sshd") is None and not Path("/usr/sbin/sshd").exists():
+        pytest.skip("openssh-server is not installed (.ci/run installs it)")
+    box = Sandbox(tmp_path / "sandbox")
+    box.up()
+    yield box
+    box.down()
+
+
+def test_port_held_by_a_stranger_stops_the_host_before_install(box):
+    port = json.loads(box.state_file.read_text())["vllm_port"]
+    with socket.socket() as stranger:
+        stranger.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        stranger.bind(("127.0.0.1", port))
+        stranger.listen()
+        applied = box.apply()
+    assert applied.rc != 0
+    assert f"preflight: port {port} is already in use by a process podkit did not start" in applied.stderr
+    assert "stop it or set vllm_port" in applied.stderr
+    assert not (box.volume / "podkit").exists(), "nothing may be created on a host that fails preflight"
+    assert len(applied.sessions) == 1, "one probe, nothing else"
+
+
+def test_malformed_datum_stops_the_run_before_any_remote_command(box):
+    applied = box.apply("--data", "vllm_gpu_memory_utilization=2")
+    assert applied.rc != 0
+    assert "vllm_gpu_memory_utilization must be in (0, 1]" in applied.stderr
+    assert applied.sessions == []
+    assert not (box.volume / "podkit").exists()
