@@ -10,18 +10,22 @@ remote command.
 """
 
 from pyinfra import host
+from pyinfra.api.exceptions import DeployError
 
 from operations import facts, preflight, runner, vllm, volume
 from podkit import project_path
-from podkit.config import KEYS, Settings
+from podkit.config import KEYS, Settings, SettingsError
 from podkit.hoststate import choose_vllm, host_problems
 from podkit.render import host_files
 from podkit.secrets import ensure_key, file_content, key_digest
 
 _UNSET = object()
-settings = Settings.from_mapping(
-    {key: value for key in KEYS if (value := host.data.get(key, _UNSET)) is not _UNSET}
-)
+try:
+    settings = Settings.from_mapping(
+        {key: value for key in KEYS if (value := host.data.get(key, _UNSET)) is not _UNSET}
+    )
+except SettingsError as bad:  # before any remote command: say which datum and how to fix it
+    raise DeployError(f"{host.name}: {bad}") from None
 paths = settings.paths
 
 # 1. Read the host: GPUs, volume, installed vLLM, managed files, runner, server.

@@ -15,7 +15,7 @@ from pyinfra import host, state
 from pyinfra.api import FactBase
 
 from podkit.config import Settings
-from podkit.hoststate import HostState, parse_probe, podctl_command, probe_config
+from podkit.hoststate import HostState, ProbeError, parse_probe, podctl_command, probe_config
 
 
 class PodState(FactBase):
@@ -38,7 +38,10 @@ class PodState(FactBase):
         return podctl_command("probe", json.loads(config))
 
     def process(self, output: list[str]) -> HostState:
-        return parse_probe("\n".join(output))
+        try:
+            return parse_probe("\n".join(output))
+        except ProbeError as exc:  # fails this host's preflight, not the whole run
+            return HostState.blank(str(exc))
 
     @staticmethod
     def default() -> None:

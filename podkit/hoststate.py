@@ -42,15 +42,18 @@ def podctl_command(action: str, cfg: dict[str, Any]) -> str:
     )
 
 
+def server_config(settings: Settings) -> dict[str, Any]:
+    """What every podctl action needs to find the server and its runner."""
+    paths = settings.paths
+    return {"host": settings.host, "port": settings.port, "key_file": paths.api_key, "run_dir": paths.run}
+
+
 def probe_config(settings: Settings) -> dict[str, Any]:
     paths = settings.paths
     return {
+        **server_config(settings),
         "volume": paths.volume,
         "venv": paths.venv,
-        "run_dir": paths.run,
-        "key_file": paths.api_key,
-        "host": settings.host,
-        "port": settings.port,
         "files": managed_files(settings),
         "dirs": sorted(paths.directories()),
     }
@@ -139,7 +142,19 @@ class HostState:
     crashes: int
     port_listening: bool
     endpoint: dict[str, Any] | None
+    unreadable: str | None = None
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @classmethod
+    def blank(cls, reason: str) -> "HostState":
+        """A host the probe could not read: nothing known, and ``reason`` fails its preflight."""
+        nothing = VllmInstall("venv", {}, None, False)
+        return cls(
+            python="python3", venv_module=False, gpus=[], gpu_error=None, volume_exists=False,
+            volume_writable=False, free_bytes=0, systemd=False, venv=nothing,
+            system=VllmInstall("system", {}, None, False), files={}, dirs={}, runner_pid=None,
+            vllm_pid=None, serving={}, crashes=0, port_listening=False, endpoint=None, unreadable=reason,
+        )
 
     @property
     def has_gpus(self) -> bool:
@@ -199,6 +214,8 @@ def parse_probe(output: str) -> HostState:
 
 def host_problems(settings: Settings, state: HostState, *, needs_install: bool) -> list[str]:
     """Reasons this host cannot be converged, each with its fix. Empty when it can."""
+    if state.unreadable:
+        return [state.unreadable]
     problems = []
     if needs_install and not state.venv_module:
         problems.append(

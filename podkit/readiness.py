@@ -14,19 +14,16 @@ from dataclasses import dataclass
 
 from .config import Settings
 from .diagnose import diagnose
+from .hoststate import server_config
 
 CRASH_LIMIT = 2
 
 
 def wait_config(settings: Settings, window: float) -> dict:
-    paths = settings.paths
     return {
-        "host": settings.host,
-        "port": settings.port,
-        "key_file": paths.api_key,
+        **server_config(settings),
         "served_model_name": settings.served_model_name,
-        "run_dir": paths.run,
-        "log_file": paths.log_file,
+        "log_file": settings.paths.log_file,
         "window": window,
         "crash_limit": CRASH_LIMIT,
         "tail_lines": 200,  # vLLM prints the root cause far above its last lines

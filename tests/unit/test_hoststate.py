@@ -171,3 +171,9 @@ def test_port_taken_by_someone_else_is_refused(tmp_path):
         problems = host_problems(settings, state, needs_install=False)
     assert state.port_listening
     assert any("already in use by a process podkit did not start" in p for p in problems)
+
+
+def test_unreadable_host_fails_only_its_own_preflight():
+    state = HostState.blank("python3 not found on PATH: podkit needs python3 on the host")
+    settings = Settings.from_mapping(sample_data())
+    assert host_problems(settings, state, needs_install=True) == [state.unreadable]
