@@ -143,7 +143,7 @@ def verify(inventory, host_names, as_json, timeout):
     """
     from podkit import project_path
     from podkit.secrets import KeyError_, read_key
-    from podkit.verify import Outcome, Verifier
+    from podkit.verify import Verifier, worst
 
     reports = []
     for name, settings, data in load_hosts(inventory, host_names):
@@ -166,8 +166,7 @@ def verify(inventory, host_names, as_json, timeout):
             for check in report.checks:
                 mark = click.style("PASS", fg="green") if check.ok else click.style("FAIL", fg="red")
                 click.echo(f"  {mark}  {check.name:<26} {check.seconds:6.2f}s  {check.detail}")
-    worst = max((r.outcome for _, r in reports), key=lambda o: (o != Outcome.OK, -int(o)))
-    sys.exit(int(worst))
+    sys.exit(int(worst(report.outcome for _, report in reports)))
 
 
 @cli.group()

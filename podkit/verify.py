@@ -56,8 +56,7 @@ class Report:
 
     @property
     def outcome(self) -> Outcome:
-        failed = [check.outcome for check in self.checks if not check.ok]
-        return min(failed, key=_severity) if failed else Outcome.OK
+        return worst(check.outcome for check in self.checks if not check.ok)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -69,7 +68,13 @@ class Report:
         }
 
 
-def _severity(outcome: Outcome) -> int:
+def worst(outcomes) -> Outcome:
+    """The outcome that explains the others (see :func:`severity`); OK when there is none."""
+    failed = [outcome for outcome in outcomes if outcome != Outcome.OK]
+    return min(failed, key=severity) if failed else Outcome.OK
+
+
+def severity(outcome: Outcome) -> int:
     """The first cause wins: unreachable explains auth failures, auth explains tool failures."""
     return [Outcome.UNREACHABLE, Outcome.AUTH, Outcome.TOOL_CALLING, Outcome.ERROR].index(outcome)
 
