@@ -5,7 +5,8 @@
 
 Measures: sandbox up; first apply; verify; converged re-apply (3 runs); a
 re-apply after one datum changes (vllm_max_model_len), and the one that
-changes it back. Remote commands are counted from the private sshd's log
+changes it back; a re-apply after the server was stopped (the volume
+intact: no reinstall). Remote commands are counted from the private sshd's log
 (one "Starting session" line per exec or SFTP session). Figures, not
 assertions: compare runs on the same machine.
 """
@@ -16,6 +17,7 @@ import argparse
 import json
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -69,6 +71,11 @@ def main() -> int:
         rows.append(row("re-apply, one datum changed", changed.seconds, len(changed.sessions), f"changed: {len(changed.changed())} ops"))
         back = box.apply()
         rows.append(row("re-apply, datum restored", back.seconds, len(back.sessions), f"changed: {len(back.changed())} ops"))
+        # a stopped pod: the server is gone, the volume (venv, key, scripts) is intact
+        runner = box.volume / "podkit" / "bin" / "runner.sh"
+        subprocess.run(["/bin/sh", str(runner), "stop"], capture_output=True, check=True)
+        restarted = box.apply()
+        rows.append(row("re-apply after the server stopped", restarted.seconds, len(restarted.sessions), f"changed: {len(restarted.changed())} ops"))
     finally:
         box.down()
         if not args.state_dir:
