@@ -106,5 +106,6 @@ def secret(path: str, content: str, current_sha256: str | None, sha256: str):
     if current_sha256 == sha256:
         host.noop(f"{path} holds the current key")
         return
-    yield FileUploadCommand(StringIO(content), path)
+    # Never through sudo: pyinfra would stage the file in /tmp with default permissions.
+    yield FileUploadCommand(StringIO(content), path, _sudo=False, _doas=False, _su_user=None)
     yield f"chmod 600 {shlex.quote(path)}"
