@@ -142,14 +142,14 @@ def verify(inventory, host_names, as_json, timeout):
     python cli.py verify inventories/runpod.py --host coder-1 --json
     """
     from podkit import project_path
-    from podkit.secrets import KeyError_, read_key
+    from podkit.secrets import ApiKeyError, read_key
     from podkit.verify import Verifier, worst
 
     reports = []
     for name, settings, data in load_hosts(inventory, host_names):
         try:
             key = read_key(project_path(settings.api_key_file))
-        except KeyError_ as exc:
+        except ApiKeyError as exc:
             raise click.ClickException(str(exc))
         if key is None:
             raise click.ClickException(

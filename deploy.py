@@ -1,7 +1,7 @@
 """Converge a host into a serving, verified vLLM endpoint.
 
     pyinfra -y inventories/sandbox.py deploy.py      # the local sandbox pod
-    pyinfra -y inventories/runpod.py deploy.py       # your RunPod pods
+    pyinfra -y inventories/mine.py deploy.py         # your own hosts (an inventory you write)
 
 Reads top to bottom in the order a host converges: read the host (one remote
 command), preflight, vLLM, caches, key, launch script, runner, readiness. On a

@@ -20,7 +20,7 @@ ENV_VAR = "PODKIT_API_KEY"
 _VALID = re.compile(r"^[A-Za-z0-9._~+/=-]{16,256}$")
 
 
-class KeyError_(ValueError):
+class ApiKeyError(ValueError):
     """The supplied or stored key is unusable; the message says how to fix it."""
 
 
@@ -39,7 +39,7 @@ def file_content(key: str) -> str:
 
 def _check(key: str, source: str) -> str:
     if not _VALID.match(key):
-        raise KeyError_(
+        raise ApiKeyError(
             f"the API key from {source} must be 16-256 characters of letters, digits or ._~+/=-; "
             f"fix it or delete the file to have podkit generate one"
         )
@@ -52,7 +52,7 @@ def read_key(path: str | Path) -> str | None:
         return None
     mode = path.stat().st_mode & 0o777
     if mode & 0o077:
-        raise KeyError_(f"{path} is readable by other users (mode {mode:o}); run: chmod 600 {path}")
+        raise ApiKeyError(f"{path} is readable by other users (mode {mode:o}); run: chmod 600 {path}")
     return _check(path.read_text().strip(), str(path))
 
 
