@@ -4,7 +4,7 @@
     pyinfra -y inventories/mine.py deploy.py         # your own hosts (an inventory you write)
 
 Reads top to bottom in the order a host converges: read the host (one remote
-command), preflight, vLLM, caches, key, launch script, runner, readiness. On a
+command), plan and preflight, vLLM, caches, key, launch script, runner, readiness. On a
 converged host every operation reports "No changes" and the run costs one
 remote command.
 """
@@ -15,6 +15,7 @@ from pyinfra.api.exceptions import DeployError
 from operations import facts, preflight, runner, vllm, volume
 from podkit import project_path
 from podkit.config import KEYS, Settings, SettingsError
+from podkit.hostplan import plan_host
 from podkit.hoststate import choose_vllm, host_problems
 from podkit.render import host_files
 from podkit.secrets import ensure_key, file_content, key_digest
@@ -32,9 +33,12 @@ paths = settings.paths
 pod = facts.pod_state(settings)
 package, found = choose_vllm(settings, pod)
 
+# Plan before spending: checkpoint (FP8 if it helps), context, TP, parsers, disk.
+launch = plan_host(settings, pod, prefer_fp8=settings.prefer_fp8)
 preflight.checks(
-    name="Ensure the host can serve before anything is installed",
-    problems=host_problems(settings, pod, needs_install=found is None),
+    name="Ensure the model, its context and its download fit this host before anything is installed",
+    problems=host_problems(settings, pod, needs_install=found is None) + launch.problems,
+    summary=launch.summary(),
 )
 
 # 2. The folders on the volume, and vLLM (the system's if it matches, else a venv on the volume).
@@ -54,7 +58,7 @@ files = host_files(
     settings,
     package=package,
     vllm_bin=found.vllm_bin if found else f"{paths.venv}/bin/vllm",
-    gpu_count=len(pod.gpus),
+    launch=launch,
 )
 
 
@@ -84,9 +88,9 @@ secret = volume.secret(
 )
 
 # 5. The launch script and 6. the runner that keeps it serving.
-launch = managed(f"Ensure the launch script serves {settings.model} as {settings.served_model_name}", "launch")
+script = managed(f"Ensure the launch script serves {launch.model} as {settings.served_model_name}", "launch")
 runner_file = managed("Ensure the runner script is current", "runner")
-restart = any(op.will_change for op in (env, secret, launch, runner_file)) or not pod.serving_current_files()
+restart = any(op.will_change for op in (env, secret, script, runner_file)) or not pod.serving_current_files()
 runner.service(
     name="Ensure the runner supervises vLLM with the current files",
     runner_script=paths.runner_script,

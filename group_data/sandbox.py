@@ -1,7 +1,5 @@
 """Settings for the local sandbox pod: a CPU host serving a tiny model (see group_data/all.py)."""
 
-# The tiny model speaks the Hermes/Qwen2.5 tool-call format.
-vllm_tool_call_parser = "hermes"
 # Loopback only: the sandbox is never reachable from outside this machine.
 vllm_host = "127.0.0.1"
 vllm_max_model_len = 2048

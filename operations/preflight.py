@@ -13,11 +13,12 @@ def _refuse(state, host, problems: list[str]) -> bool:
 
 
 @operation(is_idempotent=False)
-def checks(problems: list[str]):
+def checks(problems: list[str], summary: str = ""):
     """
     Ensure the host can be converged; fail it (only it) with each reason and fix.
 
     + problems: what is wrong with this host, each naming its fix (empty: nothing)
+    + summary: the plan in one line, shown when the host passes
 
     **Example:**
 
@@ -29,6 +30,6 @@ def checks(problems: list[str]):
         )
     """
     if not problems:
-        host.noop("python3, the volume, the port and the GPUs are usable")
+        host.noop(summary or "python3, the volume, the port and the GPUs are usable")
         return
     yield FunctionCommand(_refuse, (problems,), {})

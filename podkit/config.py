@@ -26,6 +26,7 @@ KEYS: dict[str, str] = {
     "podkit_vllm_package": "pip spec of vLLM for hosts with NVIDIA GPUs",
     "podkit_vllm_cpu_package": "pip spec of vLLM for hosts without GPUs",
     "podkit_use_system_vllm": "use a vLLM of the pinned version already in the system Python",
+    "podkit_prefer_fp8": "serve an FP8 sibling checkpoint when the GPUs support FP8",
     "podkit_api_key_file": "controller-side file holding the API key",
     "podkit_ready_timeout": "seconds to wait for the server to answer",
     "podkit_log_max_bytes": "rotate the server log above this size",
@@ -39,8 +40,8 @@ KEYS: dict[str, str] = {
     "vllm_gpu_memory_utilization": "fraction of each GPU's memory vLLM may use",
     "vllm_kv_cache_dtype": "KV cache dtype: auto or fp8",
     "vllm_tensor_parallel_size": "GPUs per server; None means every GPU on the host",
-    "vllm_tool_call_parser": "vLLM --tool-call-parser; None disables tool calling",
-    "vllm_reasoning_parser": "vLLM --reasoning-parser; None for none",
+    "vllm_tool_call_parser": "vLLM --tool-call-parser; 'auto' from the model family; None disables tool calling",
+    "vllm_reasoning_parser": "vLLM --reasoning-parser; 'auto' from the model family; None for none",
     "vllm_generation_config": "server-side sampling defaults (requests still win)",
     "vllm_extra_args": "further vllm serve arguments, as a list",
     "vllm_extra_env": "further environment for the server (no secrets)",
@@ -133,6 +134,7 @@ class Settings:
     vllm_package: PackageSpec
     vllm_cpu_package: PackageSpec
     use_system_vllm: bool
+    prefer_fp8: bool
     api_key_file: str
     ready_timeout: float
     log_max_bytes: int
@@ -180,6 +182,7 @@ class Settings:
             vllm_package=PackageSpec.parse(get("podkit_vllm_package"), "podkit_vllm_package"),
             vllm_cpu_package=PackageSpec.parse(get("podkit_vllm_cpu_package"), "podkit_vllm_cpu_package"),
             use_system_vllm=bool(get("podkit_use_system_vllm")),
+            prefer_fp8=bool(get("podkit_prefer_fp8")),
             api_key_file=_text(get("podkit_api_key_file"), "podkit_api_key_file"),
             ready_timeout=_number(get("podkit_ready_timeout"), "podkit_ready_timeout", minimum=1),
             log_max_bytes=int(_number(get("podkit_log_max_bytes"), "podkit_log_max_bytes", minimum=1024)),

@@ -50,12 +50,17 @@ def server_config(settings: Settings) -> dict[str, Any]:
 
 def probe_config(settings: Settings) -> dict[str, Any]:
     paths = settings.paths
+    model = settings.model
+    local = model.startswith("/")
+    repo = model.split("@")[0]
     return {
         **server_config(settings),
         "volume": paths.volume,
         "venv": paths.venv,
         "files": managed_files(settings),
         "dirs": sorted(paths.directories()),
+        "model_dir": model if local else None,
+        "hub_repo_cache": None if local else f"{paths.cache_env()['HF_HUB_CACHE']}/models--{repo.replace('/', '--')}",
     }
 
 
@@ -142,6 +147,8 @@ class HostState:
     crashes: int
     port_listening: bool
     endpoint: dict[str, Any] | None
+    model_dir: dict[str, Any] | None = None
+    hub_cache_bytes: int = 0
     unreadable: str | None = None
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
@@ -208,6 +215,8 @@ def parse_probe(output: str) -> HostState:
         crashes=runner["crashes"],
         port_listening=data["port_listening"],
         endpoint=data["endpoint"],
+        model_dir=data.get("model_dir"),
+        hub_cache_bytes=data.get("hub_cache_bytes") or 0,
         raw=data,
     )
 

@@ -267,7 +267,9 @@ class LocalHub:
     def start(self) -> str:
         """Serve in a background thread; return the endpoint URL ``http://HOST:PORT``."""
         self._bind()
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="podkit-hubserver", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="podkit-hubserver", daemon=True
+        )
         self._thread.start()
         return self.url
 
@@ -298,7 +300,7 @@ class LocalHub:
         try:
             if ready is not None:
                 ready(self.url)
-            httpd.serve_forever()
+            httpd.serve_forever(poll_interval=0.05)
         except KeyboardInterrupt:
             pass
         finally:

@@ -101,7 +101,8 @@ class Architecture:
         common = dict(
             num_layers=layers, num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
             hidden_size=hidden, intermediate_size=inter, vocab_size=int(c.get("vocab_size") or 32000),
-            max_position_embeddings=int(c.get("max_position_embeddings") or 4096),
+            # unknown: no limit from the model (vLLM then takes the tokenizer's or the user's)
+            max_position_embeddings=int(c.get("max_position_embeddings") or 1 << 30),
         )
         if c.get("kv_lora_rank"):
             return cls("mla", attention_layers=layers, full_attention_layers=layers,
@@ -154,7 +155,16 @@ def _linear_state_bytes(c: dict[str, Any]) -> int:
 
 @dataclass(frozen=True)
 class Overheads:
-    """Per-GPU memory vLLM keeps apart from weights and KV cache (GiB), by vLLM version."""
+    """Per-GPU memory vLLM V1 keeps apart from weights and KV cache, for one vLLM version.
+
+    Calibrated on tests/fixtures/kv_reference_cases.json: the activation peak of
+    the profiling run grows with ``max_num_batched_tokens`` by about
+    10 x hidden + 4 x (active) intermediate bytes per token (Qwen3-8B: 2048 -> 8192
+    batched tokens cost 0.51 GiB), plus the sampler's logits for ``max_num_seqs``
+    dummy requests; non-torch memory is ~0.15-0.25 GiB on one GPU and grows with
+    tensor parallelism (NCCL / custom all-reduce buffers: ~0.4 GiB in 0.10, ~2.1 GiB
+    in 0.19+ on H100); from about 0.21 the CUDA-graph estimate is deducted too.
+    """
 
     non_torch_tp1: float = 0.25
     non_torch_tp_many: float = 2.1
@@ -162,17 +172,22 @@ class Overheads:
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
 
+    @classmethod
+    def for_version(cls, version: str, gpu_memory_gib: float = 80.0, max_num_batched_tokens: int | None = None) -> "Overheads":
+        major_minor = tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
+        big = gpu_memory_gib >= 70
+        if major_minor < (0, 21):
+            default_mnbt = 8192 if big and major_minor >= (0, 11) else 2048
+            return cls(0.15, 0.4, 0.0, max_num_batched_tokens or default_mnbt)
+        return cls(0.25, 2.1, 1.0 if big else 0.5, max_num_batched_tokens or (8192 if big else 2048))
+
     def activation_gib(self, arch: Architecture, tp: int) -> float:
-        tokens = self.max_num_batched_tokens
-        per_token = 14 * arch.hidden_size + 6 * arch.intermediate_size / tp
-        logits = self.max_num_seqs * arch.vocab_size * 8
-        return (tokens * per_token + logits) / GIB + 0.1
+        per_token = 10 * arch.hidden_size + 4 * arch.intermediate_size / tp
+        logits = self.max_num_seqs * arch.vocab_size * 4
+        return (self.max_num_batched_tokens * per_token + logits) / GIB
 
     def non_torch_gib(self, tp: int) -> float:
         return self.non_torch_tp1 if tp == 1 else self.non_torch_tp_many
-
-
-OVERHEADS = {"0.33.0": Overheads(), "0.32.0": Overheads()}
 
 
 @dataclass
@@ -225,7 +240,7 @@ def plan_memory(
         )
     if kv_cache_dtype not in DTYPE_BYTES:
         raise PlanError(f"kv_cache_dtype must be one of {', '.join(DTYPE_BYTES)}")
-    ov = overheads or OVERHEADS.get(vllm_version, Overheads())
+    ov = overheads or Overheads.for_version(vllm_version, gpu_memory_gib)
     weights = weight_bytes / tp
     if runtime_fp8:
         weights = weights / 2  # linear layers go to 8 bit; the download does not shrink

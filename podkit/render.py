@@ -17,6 +17,7 @@ from pathlib import Path
 import jinja2
 
 from .config import PackageSpec, Settings
+from .hostplan import HostPlan
 from .hoststate import managed_files
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -44,26 +45,26 @@ def _environment(templates: Path) -> jinja2.Environment:
     return env
 
 
-def serve_argv(settings: Settings, vllm_bin: str, gpu_count: int) -> list[str]:
-    """The ``vllm serve`` command line. Holds no secret: the key travels in VLLM_API_KEY."""
-    tp = settings.tensor_parallel_size or max(gpu_count, 1)
+def serve_argv(settings: Settings, vllm_bin: str, launch: HostPlan) -> list[str]:
+    """The ``vllm serve`` command line: data, with the preflight plan's choices (checkpoint,
+    context length, TP size, parsers). Holds no secret: the key travels in VLLM_API_KEY."""
     argv = [
-        vllm_bin, "serve", settings.model,
+        vllm_bin, "serve", launch.model,
         "--served-model-name", settings.served_model_name,
         "--host", settings.host,
         "--port", str(settings.port),
-        "--max-model-len", str(settings.max_model_len),
+        "--max-model-len", str(launch.max_model_len),
         "--gpu-memory-utilization", str(settings.gpu_memory_utilization),
         "--kv-cache-dtype", settings.kv_cache_dtype,
-        "--tensor-parallel-size", str(tp),
+        "--tensor-parallel-size", str(launch.tensor_parallel_size),
     ]
-    if settings.tool_call_parser:
-        argv += ["--enable-auto-tool-choice", "--tool-call-parser", settings.tool_call_parser]
-    if settings.reasoning_parser:
-        argv += ["--reasoning-parser", settings.reasoning_parser]
+    if launch.tool_call_parser:
+        argv += ["--enable-auto-tool-choice", "--tool-call-parser", launch.tool_call_parser]
+    if launch.reasoning_parser:
+        argv += ["--reasoning-parser", launch.reasoning_parser]
     if settings.generation_config:
         argv += ["--override-generation-config", json.dumps(settings.generation_config, sort_keys=True)]
-    return argv + list(settings.extra_args)
+    return argv + list(launch.extra_args) + list(settings.extra_args)
 
 
 def argv_lines(argv: list[str]) -> list[str]:
@@ -83,7 +84,7 @@ def host_files(
     *,
     package: PackageSpec,
     vllm_bin: str,
-    gpu_count: int,
+    launch: HostPlan,
     templates: Path = TEMPLATES,
 ) -> dict[str, RenderedFile]:
     """The env file, launch script and runner script for one host, keyed by role."""
@@ -101,7 +102,7 @@ def host_files(
                 package=str(package),
                 env_file=paths.env_file,
                 key_file=paths.api_key,
-                argv_lines=argv_lines(serve_argv(settings, vllm_bin, gpu_count)),
+                argv_lines=argv_lines(serve_argv(settings, vllm_bin, launch)),
             ),
             "755",
         ),

@@ -208,6 +208,57 @@ def log_lines(path, count):
     return [line for line in lines if line.strip()][-count:]
 
 
+def safetensors_dtypes(path):
+    counts = {}
+    try:
+        with open(path, "rb") as handle:
+            length = int.from_bytes(handle.read(8), "little")
+            if length > 100 * 1024 * 1024:
+                return counts
+            header = json.loads(handle.read(length))
+    except (OSError, ValueError):
+        return counts
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        n = 1
+        for dim in info.get("shape", []):
+            n *= dim
+        counts[info.get("dtype")] = counts.get(info.get("dtype"), 0) + n
+    return counts
+
+
+def model_dir(path):
+    """Metadata of a checkpoint folder on this host: config, file sizes, weight dtypes."""
+    if not path or not os.path.isdir(path):
+        return None
+    files = {e.name: e.stat().st_size for e in os.scandir(path) if e.is_file()}
+    result = {"files": files, "config": None, "hf_quant_config": None, "dtypes": {}}
+    for key, name in (("config", "config.json"), ("hf_quant_config", "hf_quant_config.json")):
+        try:
+            with open(os.path.join(path, name)) as handle:
+                result[key] = json.load(handle)
+        except (OSError, ValueError):
+            pass
+    for name in files:
+        if name.endswith(".safetensors") and not name.startswith("consolidated"):
+            for dtype, count in safetensors_dtypes(os.path.join(path, name)).items():
+                result["dtypes"][dtype] = result["dtypes"].get(dtype, 0) + count
+    return result
+
+
+def hub_cache_bytes(folder):
+    """Bytes of complete blobs already in the hub cache for one repo (partial downloads excluded)."""
+    total = 0
+    try:
+        for entry in os.scandir(os.path.join(folder, "blobs")):
+            if entry.is_file() and not entry.name.endswith(".incomplete"):
+                total += entry.stat().st_size
+    except OSError:
+        pass
+    return total
+
+
 def probe(cfg):
     runner = runner_state(cfg["run_dir"])
     state = {
@@ -225,6 +276,8 @@ def probe(cfg):
         "runner": runner,
         "port_listening": port_listening(cfg),
         "endpoint": endpoint(cfg) if runner["vllm_pid"] else None,
+        "model_dir": model_dir(cfg.get("model_dir")),
+        "hub_cache_bytes": hub_cache_bytes(cfg["hub_repo_cache"]) if cfg.get("hub_repo_cache") else 0,
     }
     return state
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from podkit.config import PackageSpec
+from podkit.hostplan import HostPlan
 from podkit.render import host_files
 
 from .test_hoststate import settings_for
@@ -27,7 +28,8 @@ def wait_for(predicate, timeout=20.0):
 def runner(tmp_path):
     settings = settings_for(tmp_path, podkit_log_max_bytes=2048, podkit_log_keep=2)
     paths = settings.paths
-    files = host_files(settings, package=PackageSpec("vllm", "0.33.0"), vllm_bin="vllm", gpu_count=0)
+    launch = HostPlan(settings.model, 2048, 1, None, None)
+    files = host_files(settings, package=PackageSpec("vllm", "0.33.0"), vllm_bin="vllm", launch=launch)
     for folder in (paths.bin, paths.run, paths.logs):
         Path(folder).mkdir(parents=True, exist_ok=True)
     Path(paths.runner_script).write_text(files["runner"].content)

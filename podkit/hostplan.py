@@ -1,0 +1,124 @@
+"""The deploy's preflight plan for one host: the same plan as ``cli.py plan``, from the host's facts.
+
+It decides what the launch script serves (the FP8 sibling when the GPUs support
+it and ``podkit_prefer_fp8`` is set), the context length when
+``vllm_max_model_len`` is ``auto``, the tensor-parallel size, and the parser
+flags when they are ``auto``; and it lists the problems that must stop the host
+before anything is downloaded or installed, each with its fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .config import Settings
+from .families import Family, UnknownFamily, family_for
+from .hoststate import HostState
+from .models import Checkpoint, ModelError, find_fp8_alternative, from_hub, from_probe
+from .plan import GIB, Hardware, PlanError, gpu_by_name, make_plan
+
+AUTO = "auto"
+
+
+@dataclass
+class HostPlan:
+    model: str  # what vllm serve is given
+    max_model_len: int | str
+    tensor_parallel_size: int
+    tool_call_parser: str | None
+    reasoning_parser: str | None
+    extra_args: tuple[str, ...] = ()
+    plan: dict[str, Any] | None = None
+    problems: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        p = self.plan or {}
+        parts = [f"serves {self.model}"]
+        if p.get("kv_cache_tokens") is not None:
+            parts.append(
+                f"{p['kv_cache_tokens']} KV tokens, max_model_len {p['max_model_len']} "
+                f"({p['max_concurrency']}x), TP {self.tensor_parallel_size}"
+            )
+        parts.append(f"parser {self.tool_call_parser or 'none'}")
+        return "; ".join(parts)
+
+
+def hardware_of(state: HostState) -> Hardware | None:
+    if not state.gpus:
+        return None
+    first = state.gpus[0]
+    try:
+        _, memory, capability = gpu_by_name(first.name)
+    except PlanError:  # an unknown card: what nvidia-smi says, less what the driver keeps
+        memory, capability = first.memory_mib / 1024 - 0.5, None
+    return Hardware(first.name, memory, len(state.gpus), first.compute_capability or capability)
+
+
+def plan_host(
+    settings: Settings,
+    state: HostState,
+    *,
+    prefer_fp8: bool = True,
+    resolve: Callable[[str], Checkpoint] = from_hub,
+    fp8_search: Callable[[Checkpoint], Checkpoint | None] = find_fp8_alternative,
+) -> HostPlan:
+    hardware = hardware_of(state)
+    result = HostPlan(
+        model=settings.model,
+        max_model_len=settings.max_model_len,
+        tensor_parallel_size=settings.tensor_parallel_size or max(len(state.gpus), 1),
+        tool_call_parser=None if settings.tool_call_parser == AUTO else settings.tool_call_parser,
+        reasoning_parser=None if settings.reasoning_parser == AUTO else settings.reasoning_parser,
+    )
+    try:
+        if settings.model.startswith("/"):
+            checkpoint = from_probe(settings.model, state.model_dir or {})
+        else:
+            checkpoint = resolve(settings.model)
+    except ModelError as exc:
+        result.problems.append(str(exc))
+        return result
+
+    family: tuple[str, Family] | None = None
+    try:
+        family = family_for(checkpoint.repo, checkpoint.config)
+    except UnknownFamily as exc:
+        if AUTO in (settings.tool_call_parser, settings.reasoning_parser):
+            result.problems.append(str(exc))
+    if family:
+        name, fam = family
+        if settings.tool_call_parser == AUTO:
+            result.tool_call_parser = fam.tool_call_parser
+        if settings.reasoning_parser == AUTO:
+            result.reasoning_parser = fam.reasoning_parser
+        if fam.extra_args and (fam.extra_args_when is None or fam.extra_args_when in checkpoint.files):
+            result.extra_args = fam.extra_args
+
+    fp8 = None
+    if hardware and hardware.fp8_supported and prefer_fp8 and not checkpoint.is_fp8 and not checkpoint.local:
+        fp8 = fp8_search(checkpoint)
+    try:
+        plan = make_plan(
+            checkpoint, hardware, fp8_alternative=fp8, prefer_fp8=prefer_fp8,
+            tensor_parallel_size=settings.tensor_parallel_size,
+            gpu_memory_utilization=settings.gpu_memory_utilization,
+            max_model_len=settings.max_model_len, kv_cache_dtype=settings.kv_cache_dtype,
+            runtime_fp8="--quantization" in settings.extra_args,
+            disk_free_bytes=None if checkpoint.local else state.free_bytes,
+            cached_bytes=state.hub_cache_bytes, family=family,
+        )
+    except PlanError as exc:
+        result.problems.append(str(exc))
+        return result
+    result.plan = plan
+    chosen = plan["checkpoint"]
+    if not chosen["local"]:
+        result.model = chosen["repo"] if chosen["repo"] != checkpoint.repo else settings.model
+    if settings.max_model_len == AUTO and plan.get("max_model_len_fit"):
+        result.max_model_len = plan["max_model_len_fit"]
+    result.tensor_parallel_size = plan.get("tensor_parallel_size") or result.tensor_parallel_size
+    if not plan["fits"]:
+        fixes = "; or ".join(plan["suggestions"][:3])
+        result.problems.append(f"{plan['reason']}" + (f": {fixes}" if fixes else ""))
+    return result
