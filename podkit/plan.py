@@ -318,11 +318,13 @@ def suggestions(
         out.append(f"set vllm_max_model_len to {base.max_model_len_fit} (the longest context that fits)")
     if kv_cache_dtype == "auto":
         alt = replan(kv_cache_dtype="fp8")
-        out.append(f"set vllm_kv_cache_dtype='fp8': {alt.max_model_len_fit} tokens of context fit" + (" (enough)" if alt.fits else ""))
+        if alt.max_model_len_fit > base.max_model_len_fit:
+            out.append(f"set vllm_kv_cache_dtype='fp8': {alt.max_model_len_fit} tokens of context fit" + (" (enough)" if alt.fits else ""))
     if fp8_alternative:
         if fp8_supported:
             alt = replan(use_fp8_checkpoint=True)
-            out.append(f"serve the FP8 checkpoint {fp8_alternative}: {alt.max_model_len_fit} tokens of context fit" + (" (enough)" if alt.fits else ""))
+            if alt.max_model_len_fit > base.max_model_len_fit:
+                out.append(f"serve the FP8 checkpoint {fp8_alternative}: {alt.max_model_len_fit} tokens of context fit" + (" (enough)" if alt.fits else ""))
         else:
             out.append(f"{fp8_alternative} exists but these GPUs lack FP8 support (compute capability 8.9+)")
     for tp in (2, 4, 8):

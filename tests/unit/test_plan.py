@@ -1,0 +1,165 @@
+"""Planning without a server: file choice, FP8 detection, memory verdicts, suggestions, disk, the CLI."""
+
+import json
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from cli import cli
+from podkit.models import Checkpoint, ModelError, fp8_candidates, needed_files
+from podkit.plan import GIB, Architecture, Hardware, PlanError, gpu_by_name, make_plan, plan_memory
+from podkit.tinymodel import write_tiny_model
+
+QWEN3_CODER_30B = {  # Qwen/Qwen3-Coder-30B-A3B-Instruct config.json (the fields planning reads)
+    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_hidden_layers": 48,
+    "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "hidden_size": 2048,
+    "moe_intermediate_size": 768, "num_experts_per_tok": 8, "vocab_size": 151936, "max_position_embeddings": 262144,
+}
+H100 = Hardware("NVIDIA H100 80GB HBM3", 79.19, 1, "9.0")
+
+
+def checkpoint(config=QWEN3_CODER_30B, weight_gb=61.1, repo="Qwen/Qwen3-Coder-30B-A3B-Instruct", quant=None, dtypes=None):
+    files = {"config.json": 1000, "tokenizer.json": 7_000_000, "model-00001-of-00002.safetensors": int(weight_gb * 1e9 / 2),
+             "model-00002-of-00002.safetensors": int(weight_gb * 1e9 / 2), "model.safetensors.index.json": 50_000}
+    return Checkpoint(repo, "a" * 40, config, files, {"BF16": 1} if dtypes is None else dtypes, quant)
+
+
+@pytest.mark.parametrize(
+    "files, mistral, expected",
+    [
+        (["config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json", "README.md"], False,
+         ["config.json", "model.safetensors", "tokenizer.json"]),
+        (["config.json", "consolidated.safetensors", "model-00001-of-00002.safetensors", "params.json", "tekken.json",
+          "tokenizer.json"], False, ["config.json", "model-00001-of-00002.safetensors", "tokenizer.json"]),
+        (["config.json", "consolidated.safetensors", "model-00001-of-00002.safetensors", "params.json", "tekken.json"],
+         True, ["consolidated.safetensors", "params.json", "tekken.json"]),
+        (["config.json", "original/model.safetensors", "model.safetensors", "chat_template.jinja"], False,
+         ["chat_template.jinja", "config.json", "model.safetensors"]),
+    ],
+)
+def test_only_the_files_vllm_needs_are_downloaded(files, mistral, expected):
+    assert needed_files(dict.fromkeys(files, 1), mistral_format=mistral) == expected
+
+
+def test_bin_only_checkpoints_are_refused():
+    with pytest.raises(ModelError, match="only safetensors"):
+        needed_files({"config.json": 1, "pytorch_model.bin": 1})
+
+
+@pytest.mark.parametrize(
+    "quant, dtypes, is_fp8",
+    [
+        ({"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}, {"F8_E4M3": 10, "BF16": 1}, True),
+        ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float"}}}},
+         {"F8_E4M3": 10}, True),
+        ({"quant_method": "modelopt", "quant_algo": "FP8"}, {}, True),
+        ({"quantization": {"quant_algo": "FP8"}}, {"F8_E4M3": 3}, True),  # hf_quant_config.json
+        ({"quant_method": "fp8"}, {"BF16": 10}, False),  # a config that says FP8 over BF16 weights
+        ({"quant_method": "awq", "bits": 4}, {"I32": 10}, False),
+        (None, {"BF16": 10}, False),
+    ],
+)
+def test_fp8_by_config_confirmed_by_dtypes(quant, dtypes, is_fp8):
+    assert checkpoint(quant=quant, dtypes=dtypes).is_fp8 is is_fp8
+
+
+def test_fp8_sibling_candidates_follow_the_publishers_conventions():
+    assert fp8_candidates("Qwen/Qwen3-Coder-30B-A3B-Instruct") == [
+        "Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8",
+        "RedHatAI/Qwen3-Coder-30B-A3B-Instruct-FP8-dynamic",
+        "RedHatAI/Qwen3-Coder-30B-A3B-Instruct-FP8",
+        "neuralmagic/Qwen3-Coder-30B-A3B-Instruct-FP8-dynamic",
+        "nvidia/Qwen3-Coder-30B-A3B-Instruct-FP8",
+    ]
+    assert fp8_candidates("Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8") == []
+
+
+@pytest.mark.parametrize("name, memory", [("h100", 79.19), ("NVIDIA H100 80GB HBM3", 79.19), ("rtx pro 6000", 94.97), ("L40S", 44.39)])
+def test_gpus_by_name(name, memory):
+    assert gpu_by_name(name)[1] == memory
+
+
+def test_unknown_gpu_names_the_alternative():
+    with pytest.raises(PlanError, match="--gpu-memory-gib"):
+        gpu_by_name("Voodoo 5")
+
+
+def test_moe_kv_bytes_and_a_verdict():
+    arch = Architecture.from_config(QWEN3_CODER_30B)
+    assert arch.kv_bytes_per_token(1, 2) == 2 * 48 * 4 * 128 * 2
+    plan = plan_memory(arch, weight_bytes=int(61.1e9), gpu_memory_gib=79.19, gpu_count=1, max_model_len=65536)
+    assert plan.fits and plan.kv_cache_tokens > 65536 and plan.max_concurrency > 1
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"gpu_count": 2, "tensor_parallel_size": 4}, "exceeds the 2 GPU(s)"),
+        ({"gpu_count": 3, "tensor_parallel_size": 3}, "does not divide the 32 attention heads; valid sizes here: [1, 2]"),
+    ],
+)
+def test_bad_tensor_parallel_sizes(kwargs, message):
+    arch = Architecture.from_config(QWEN3_CODER_30B)
+    with pytest.raises(PlanError, match=re.escape(message)):
+        plan_memory(arch, weight_bytes=1, gpu_memory_gib=79.19, **kwargs)
+
+
+def test_too_long_context_suggests_cheapest_fixes_first():
+    fp8 = checkpoint(repo="Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8", weight_gb=31.2, quant={"quant_method": "fp8"}, dtypes={"F8_E4M3": 1})
+    small = Hardware("L40S", 44.39, 1, "8.9")
+    plan = make_plan(checkpoint(), small, fp8_alternative=fp8, prefer_fp8=False, max_model_len=262144)
+    assert not plan["fits"]
+    assert "leave no memory for the KV cache" in plan["reason"]
+    text = " | ".join(plan["suggestions"])
+    assert "serve the FP8 checkpoint Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8" in text
+    assert "use 4 GPUs with vllm_tensor_parallel_size=4" in text  # two L40S hold the weights, not 256K of context
+    assert "0 tokens" not in text  # a change that gives nothing is not suggested
+
+
+def test_fp8_checkpoint_is_chosen_on_fp8_gpus_only():
+    fp8 = checkpoint(repo="Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8", weight_gb=31.2, quant={"quant_method": "fp8"}, dtypes={"F8_E4M3": 1})
+    assert make_plan(checkpoint(), H100, fp8_alternative=fp8, max_model_len=32768)["checkpoint"]["repo"].endswith("-FP8")
+    a100 = Hardware("A100 80GB", 79.15, 1, "8.0")
+    plan = make_plan(checkpoint(), a100, fp8_alternative=fp8, max_model_len=32768)
+    assert plan["checkpoint"]["repo"] == "Qwen/Qwen3-Coder-30B-A3B-Instruct"
+
+
+def test_disk_refusal_names_both_numbers_and_the_options():
+    fp8 = checkpoint(repo="Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8", weight_gb=31.2, quant={"quant_method": "fp8"}, dtypes={"F8_E4M3": 1})
+    plan = make_plan(checkpoint(), Hardware("A100 80GB", 79.15, 1, "8.0"), fp8_alternative=fp8,
+                     max_model_len=32768, disk_free_bytes=int(48e9))
+    assert not plan["fits"] and plan["disk_fits"] is False
+    assert "needs 61.1 GB to download" in plan["reason"] and "48.0 GB free" in plan["reason"]
+    assert plan["suggestions"][0].startswith("use the FP8 checkpoint Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8 (31.2 GB)")
+
+
+def test_cached_blobs_count_against_the_download():
+    plan = make_plan(checkpoint(), H100, max_model_len=32768, disk_free_bytes=int(10e9), cached_bytes=int(61e9))
+    assert plan["disk_fits"] is True and plan["missing_bytes"] < 1e9
+
+
+JSON_FIELDS = {
+    "weights_gib_per_gpu", "kv_bytes_per_token", "available_kv_cache_gib", "kv_cache_tokens", "max_model_len",
+    "max_concurrency", "max_model_len_fit", "fits", "download_bytes", "disk_fits", "checkpoint", "fp8_alternative",
+    "tool_call_parser", "reasoning_parser", "suggestions", "vllm_version",
+}
+
+
+def test_cli_plan_on_a_local_checkpoint(tmp_path):
+    model = write_tiny_model(tmp_path / "tiny")
+    result = CliRunner().invoke(cli, ["plan", str(model), "--gpu", "L4", "--max-model-len", "4096", "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert JSON_FIELDS <= set(plan)
+    assert plan["fits"] and plan["tool_call_parser"] == "hermes" and plan["checkpoint"]["local"]
+    assert plan["kv_bytes_per_token"] == 2 * 2 * 2 * 32 * 2
+
+
+def test_cli_plan_exit_codes(tmp_path):
+    model = str(write_tiny_model(tmp_path / "tiny"))
+    too_long = CliRunner().invoke(cli, ["plan", model, "--gpu", "L4", "--max-model-len", "999999"])
+    assert too_long.exit_code == 1 and "DOES NOT FIT" in too_long.output
+    assert CliRunner().invoke(cli, ["plan", model]).exit_code == 2  # neither --gpu nor --gpu-memory-gib
+    assert CliRunner().invoke(cli, ["plan", model, "--gpu", "Voodoo"]).exit_code == 2
+    assert CliRunner().invoke(cli, ["plan", str(tmp_path / "nothing"), "--gpu", "L4"]).exit_code == 2
