@@ -28,7 +28,6 @@ from podkit.hubserver import LFS_THRESHOLD, LocalHub
 
 from .hub_fixtures import (
     BF16_COUNTS,
-    BF16_TENSORS,
     FP8_COUNTS,
     model_files,
     safetensors_bytes,
