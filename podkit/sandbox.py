@@ -104,19 +104,21 @@ class Sandbox:
             "vllm_port": saved["vllm_port"],
         }
 
-    def env(self) -> dict[str, str]:
+    def env(self, **extra: str) -> dict[str, str]:
         """Environment for a process that should see this sandbox (not the default one)."""
-        env = {**os.environ, ENV_DIR: str(self.state_dir), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, ENV_DIR: str(self.state_dir), "PYTHONUNBUFFERED": "1", **extra}
         env.pop("PODKIT_API_KEY", None)
         return env
 
-    def apply(self, *args: str, inventory: str = "inventories/sandbox.py", timeout: float = 1800) -> Applied:
+    def apply(
+        self, *args: str, inventory: str = "inventories/sandbox.py", timeout: float = 1800, env: dict | None = None
+    ) -> Applied:
         """Run ``pyinfra -y --json INVENTORY deploy.py ARGS`` from the project root, counting remote sessions."""
         before = len(self.sshd.sessions())
         start = time.monotonic()
         proc = subprocess.run(
             [str(Path(sys.executable).parent / "pyinfra"), "-y", "--json", inventory, "deploy.py", *args],
-            cwd=PROJECT_ROOT, env=self.env(), capture_output=True, text=True, timeout=timeout,
+            cwd=PROJECT_ROOT, env=self.env(**(env or {})), capture_output=True, text=True, timeout=timeout,
         )
         applied = Applied(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
         applied.sessions = self.sshd.sessions()[before:]

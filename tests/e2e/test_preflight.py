@@ -42,3 +42,22 @@ def test_malformed_datum_stops_the_run_before_any_remote_command(box):
     assert "vllm_gpu_memory_utilization must be in (0, 1]" in applied.stderr
     assert applied.sessions == []
     assert not (box.volume / "podkit").exists()
+
+
+def test_gated_hub_model_stops_the_host_before_any_download(box, tmp_path):
+    from podkit.hubserver import LocalHub
+
+    from ..unit.test_hostplan import repo_files
+    from ..unit.hub_fixtures import write_repo
+
+    write_repo(tmp_path / "hub", "acme/Gated-7B", repo_files(), {"gated": True})
+    with LocalHub(tmp_path / "hub", token="hf_" + "t" * 12) as hub:
+        applied = box.apply(
+            "--data", "vllm_model=acme/Gated-7B",
+            env={"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1", "HF_TOKEN": ""},
+        )
+        downloads = [path for method, path in hub.requests if method == "GET" and path.endswith(".safetensors")]
+    assert applied.rc != 0
+    assert "preflight: acme/Gated-7B is gated: accept its licence on the hub, then set HF_TOKEN" in applied.stderr
+    assert downloads == [] and len(applied.sessions) == 1
+    assert not (box.volume / "podkit").exists()
