@@ -9,16 +9,19 @@ converged host every operation reports "No changes" and the run costs one
 remote command.
 """
 
+import os
+
 from pyinfra import host
 from pyinfra.api.exceptions import DeployError
 
-from operations import facts, preflight, runner, vllm, volume
+from operations import checkpoint, facts, preflight, runner, vllm, volume
 from podkit import project_path
 from podkit.config import KEYS, Settings, SettingsError
 from podkit.hostplan import plan_host
 from podkit.hoststate import choose_vllm, host_problems
 from podkit.render import host_files
-from podkit.secrets import ensure_key, file_content, key_digest
+from podkit.models import from_hub
+from podkit.secrets import ensure_key, file_content, key_digest, read_hf_token
 
 _UNSET = object()
 try:
@@ -34,7 +37,8 @@ pod = facts.pod_state(settings)
 package, found = choose_vllm(settings, pod)
 
 # Plan before spending: checkpoint (FP8 if it helps), context, TP, parsers, disk.
-launch = plan_host(settings, pod, prefer_fp8=settings.prefer_fp8)
+hf_token = read_hf_token(project_path(settings.hf_token_file))
+launch = plan_host(settings, pod, prefer_fp8=settings.prefer_fp8, resolve=lambda m: from_hub(m, token=hf_token))
 preflight.checks(
     name="Ensure the model, its context and its download fit this host before anything is installed",
     problems=host_problems(settings, pod, needs_install=found is None) + launch.problems,
@@ -87,7 +91,34 @@ secret = volume.secret(
     sha256=key_digest(key),
 )
 
-# 5. The launch script and 6. the runner that keeps it serving.
+# 5. The checkpoint: a clean hub cache, then the planned snapshot in it (fetched on the host).
+if hf_token:
+    volume.secret(
+        name="Ensure the host's Hugging Face token matches the controller's",
+        path=paths.hf_token,
+        content=file_content(hf_token),
+        current_sha256=pod.files.get(paths.hf_token),
+        sha256=key_digest(hf_token),
+    )
+checkpoint.cache_clean(
+    name="Ensure the hub cache holds no partial downloads, stale locks or broken links",
+    paths=paths,
+    problems=pod.cache_problems,
+    fetch_running=pod.fetch_running,
+)
+if launch.fetch:
+    checkpoint.fetched(
+        name=f"Ensure {launch.fetch.repo}@{launch.fetch.revision[:12]} is complete on the volume",
+        spec=launch.fetch,
+        paths=paths,
+        python=found.python if found else f"{paths.venv}/bin/python",
+        endpoint=os.environ.get("HF_ENDPOINT"),
+        deadline=settings.fetch_timeout,
+        complete=launch.fetched,
+        running=pod.fetch_running,
+    )
+
+# 6. The launch script and 7. the runner that keeps it serving.
 script = managed(f"Ensure the launch script serves {launch.model} as {settings.served_model_name}", "launch")
 runner_file = managed("Ensure the runner script is current", "runner")
 restart = any(op.will_change for op in (env, secret, script, runner_file)) or not pod.serving_current_files()
@@ -98,7 +129,7 @@ runner.service(
     restarted=restart,
 )
 
-# 7. Readiness: /health answers and /v1/models lists the served model, with the key.
+# 8. Readiness: /health answers and /v1/models lists the served model, with the key.
 vllm.endpoint(
     name=f"Ensure vLLM on port {settings.port} answers and lists {settings.served_model_name}",
     settings=settings,

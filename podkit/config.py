@@ -28,6 +28,8 @@ KEYS: dict[str, str] = {
     "podkit_use_system_vllm": "use a vLLM of the pinned version already in the system Python",
     "podkit_prefer_fp8": "serve an FP8 sibling checkpoint when the GPUs support FP8",
     "podkit_api_key_file": "controller-side file holding the API key",
+    "podkit_hf_token_file": "controller-side file holding a Hugging Face token ($HF_TOKEN wins)",
+    "podkit_fetch_timeout": "seconds a checkpoint download may take",
     "podkit_ready_timeout": "seconds to wait for the server to answer",
     "podkit_log_max_bytes": "rotate the server log above this size",
     "podkit_log_keep": "rotated server logs to keep",
@@ -101,6 +103,17 @@ class Paths:
     run = property(lambda self: self._at("run"))
     logs = property(lambda self: self._at("logs"))
     log_file = property(lambda self: self._at("logs", "vllm.log"))
+    fetch_log = property(lambda self: self._at("logs", "fetch.log"))
+    checkpoint_record = property(lambda self: self._at("run", "checkpoint.json"))
+    hf_token = property(lambda self: self._at("secrets", "hf_token"))
+
+    @property
+    def hub_cache(self) -> str:
+        return self.cache_env()["HF_HUB_CACHE"]
+
+    def repo_cache(self, repo: str) -> str:
+        """The hub cache folder of one repo (``models--org--name``)."""
+        return posixpath.join(self.hub_cache, "models--" + repo.replace("/", "--"))
 
     def cache_env(self) -> dict[str, str]:
         """Environment that puts every cache vLLM and its stack write on the volume."""
@@ -136,6 +149,8 @@ class Settings:
     use_system_vllm: bool
     prefer_fp8: bool
     api_key_file: str
+    hf_token_file: str
+    fetch_timeout: float
     ready_timeout: float
     log_max_bytes: int
     log_keep: int
@@ -184,6 +199,8 @@ class Settings:
             use_system_vllm=bool(get("podkit_use_system_vllm")),
             prefer_fp8=bool(get("podkit_prefer_fp8")),
             api_key_file=_text(get("podkit_api_key_file"), "podkit_api_key_file"),
+            hf_token_file=_text(get("podkit_hf_token_file"), "podkit_hf_token_file"),
+            fetch_timeout=_number(get("podkit_fetch_timeout"), "podkit_fetch_timeout", minimum=1),
             ready_timeout=_number(get("podkit_ready_timeout"), "podkit_ready_timeout", minimum=1),
             log_max_bytes=int(_number(get("podkit_log_max_bytes"), "podkit_log_max_bytes", minimum=1024)),
             log_keep=int(_number(get("podkit_log_keep"), "podkit_log_keep", minimum=1)),

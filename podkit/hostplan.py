@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from .config import Settings
 from .families import Family, UnknownFamily, family_for
+from .fetch import FetchSpec
 from .hoststate import HostState
 from .models import Checkpoint, ModelError, find_fp8_alternative, from_hub, from_probe
 from .plan import GIB, Hardware, PlanError, gpu_by_name, make_plan
@@ -29,12 +30,14 @@ class HostPlan:
     tool_call_parser: str | None
     reasoning_parser: str | None
     extra_args: tuple[str, ...] = ()
+    fetch: FetchSpec | None = None  # the hub checkpoint to have on the volume (None: a folder on the host)
+    fetched: bool = False  # the probe found it complete, as recorded by an earlier fetch
     plan: dict[str, Any] | None = None
     problems: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         p = self.plan or {}
-        parts = [f"serves {self.model}"]
+        parts = [f"serves {self.fetch.repo}@{self.fetch.revision[:12]}" if self.fetch else f"serves {self.model}"]
         if p.get("kv_cache_tokens") is not None:
             parts.append(
                 f"{p['kv_cache_tokens']} KV tokens, max_model_len {p['max_model_len']} "
@@ -71,9 +74,13 @@ def plan_host(
         tool_call_parser=None if settings.tool_call_parser == AUTO else settings.tool_call_parser,
         reasoning_parser=None if settings.reasoning_parser == AUTO else settings.reasoning_parser,
     )
+    record = state.checkpoint if state.checkpoint and state.checkpoint.get("complete") else None
     try:
         if settings.model.startswith("/"):
             checkpoint = from_probe(settings.model, state.model_dir or {})
+        elif record:  # fetched before, whole: plan from the snapshot on the volume, no hub request
+            checkpoint = from_probe(record["snapshot"], record.get("metadata") or {})
+            checkpoint.repo, checkpoint.revision, checkpoint.local = record["repo"], record["revision"], False
         else:
             checkpoint = resolve(settings.model)
     except ModelError as exc:
@@ -96,7 +103,7 @@ def plan_host(
             result.extra_args = fam.extra_args
 
     fp8 = None
-    if hardware and hardware.fp8_supported and prefer_fp8 and not checkpoint.is_fp8 and not checkpoint.local:
+    if hardware and hardware.fp8_supported and prefer_fp8 and not checkpoint.is_fp8 and not checkpoint.local and not record:
         fp8 = fp8_search(checkpoint)
     try:
         plan = make_plan(
@@ -106,7 +113,7 @@ def plan_host(
             max_model_len=settings.max_model_len, kv_cache_dtype=settings.kv_cache_dtype,
             runtime_fp8="--quantization" in settings.extra_args,
             disk_free_bytes=None if checkpoint.local else state.free_bytes,
-            cached_bytes=state.hub_cache_bytes, family=family,
+            cached_bytes=state.hub_repos, family=family,
         )
     except PlanError as exc:
         result.problems.append(str(exc))
@@ -114,7 +121,11 @@ def plan_host(
     result.plan = plan
     chosen = plan["checkpoint"]
     if not chosen["local"]:
-        result.model = chosen["repo"] if chosen["repo"] != checkpoint.repo else settings.model
+        result.fetch = FetchSpec(
+            settings.model, chosen["repo"], chosen["revision"], tuple(plan["download_files"]), plan["download_bytes"]
+        )
+        result.fetched = record is not None
+        result.model = result.fetch.snapshot(settings.paths)
     if settings.max_model_len == AUTO and plan.get("max_model_len_fit"):
         result.max_model_len = plan["max_model_len_fit"]
     result.tensor_parallel_size = plan.get("tensor_parallel_size") or result.tensor_parallel_size

@@ -54,13 +54,16 @@ def probe_config(settings: Settings) -> dict[str, Any]:
     local = model.startswith("/")
     repo = model.split("@")[0]
     return {
+        "hub_cache": paths.hub_cache,
+        "record": paths.checkpoint_record,
+        "model": model,
         **server_config(settings),
         "volume": paths.volume,
         "venv": paths.venv,
-        "files": managed_files(settings),
+        "files": managed_files(settings) + [paths.hf_token],  # the token's sum decides its upload only
         "dirs": sorted(paths.directories()),
         "model_dir": model if local else None,
-        "hub_repo_cache": None if local else f"{paths.cache_env()['HF_HUB_CACHE']}/models--{repo.replace('/', '--')}",
+        "hub_repo_cache": None if local else paths.repo_cache(repo),
     }
 
 
@@ -109,6 +112,7 @@ class VllmInstall:
     dists: dict[str, str]
     vllm_bin: str | None
     python_ok: bool = True
+    python: str | None = None  # the interpreter that has this vLLM (and huggingface_hub)
 
     def matches(self, spec: PackageSpec) -> bool:
         """True when ``spec`` is installed here and the ``vllm`` CLI can start.
@@ -149,6 +153,10 @@ class HostState:
     endpoint: dict[str, Any] | None
     model_dir: dict[str, Any] | None = None
     hub_cache_bytes: int = 0
+    checkpoint: dict[str, Any] | None = None  # what a previous fetch recorded for this model spec
+    cache_problems: list[dict[str, Any]] = field(default_factory=list)
+    fetch_running: bool = False
+    hub_repos: dict[str, int] = field(default_factory=dict)
     unreadable: str | None = None
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
@@ -205,8 +213,8 @@ def parse_probe(output: str) -> HostState:
         volume_writable=vol["writable"],
         free_bytes=vol["free_bytes"],
         systemd=data["systemd"],
-        venv=VllmInstall("venv", venv["dists"], venv["vllm_bin"], venv["python_ok"]),
-        system=VllmInstall("system", system["dists"], system["vllm_bin"]),
+        venv=VllmInstall("venv", venv["dists"], venv["vllm_bin"], venv["python_ok"], venv["vllm_bin"].rsplit("/", 1)[0] + "/python"),
+        system=VllmInstall("system", system["dists"], system["vllm_bin"], True, system["python"]),
         files=data["files"],
         dirs=data["dirs"],
         runner_pid=runner["pid"],
@@ -217,6 +225,10 @@ def parse_probe(output: str) -> HostState:
         endpoint=data["endpoint"],
         model_dir=data.get("model_dir"),
         hub_cache_bytes=data.get("hub_cache_bytes") or 0,
+        checkpoint=data.get("checkpoint"),
+        cache_problems=data.get("cache_problems") or [],
+        fetch_running=bool(data.get("fetch_running")),
+        hub_repos=data.get("hub_repos") or {},
         raw=data,
     )
 

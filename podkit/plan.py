@@ -368,7 +368,7 @@ def make_plan(
     kv_cache_dtype: str = "auto",
     runtime_fp8: bool = False,
     disk_free_bytes: int | None = None,
-    cached_bytes: int = 0,
+    cached_bytes: int | dict[str, int] = 0,
     family=None,
     vllm_version: str = "0.33.0",
 ) -> dict[str, Any]:
@@ -403,7 +403,8 @@ def make_plan(
                 "(halves weight memory, not the download)"
             )
     download = chosen.download_bytes
-    missing = max(0, download - cached_bytes)
+    cached = cached_bytes.get(chosen.repo, 0) if isinstance(cached_bytes, dict) else cached_bytes
+    missing = 0 if chosen.local else max(0, download - cached)
     disk_fits = None if disk_free_bytes is None else missing + DISK_HEADROOM_BYTES <= disk_free_bytes
     result = {
         "vllm_version": vllm_version,

@@ -90,7 +90,8 @@ def host_files(
     """The env file, launch script and runner script for one host, keyed by role."""
     env = _environment(templates)
     paths = settings.paths
-    server_env = {**paths.cache_env(), **settings.extra_env}
+    # the server reads only what is on the volume: a restart never touches the network
+    server_env = {**paths.cache_env(), "HF_HUB_OFFLINE": "1", **settings.extra_env}
     return {
         "env": RenderedFile(
             paths.env_file, env.get_template("env.sh.j2").render(env=server_env), "644"

@@ -87,3 +87,18 @@ def rotate_key(path: str | Path) -> str:
     key = new_key()
     write_key(path, key)
     return key
+
+
+def read_hf_token(path: str | Path, environ: dict[str, str] | None = None) -> str | None:
+    """The Hugging Face token: ``$HF_TOKEN`` if set, else the (0600) file, else None."""
+    environ = os.environ if environ is None else environ
+    token = environ.get("HF_TOKEN", "").strip()
+    if token:
+        return token
+    path = Path(path)
+    if not path.exists():
+        return None
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise ApiKeyError(f"{path} is readable by other users (mode {mode:o}); run: chmod 600 {path}")
+    return path.read_text().strip() or None

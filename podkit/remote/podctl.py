@@ -259,6 +259,133 @@ def hub_cache_bytes(folder):
     return total
 
 
+def read_json(path):
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def recorded_checkpoint(cfg):
+    """The checkpoint a previous fetch recorded for this model spec, and whether it is still whole."""
+    record = read_json(cfg["record"]) if cfg.get("record") else None
+    if not record or record.get("model") != cfg.get("model"):
+        return None
+    snapshot = record.get("snapshot", "")
+    missing = [f for f in record.get("files", []) if not os.path.exists(os.path.join(snapshot, f))]
+    record["complete"] = bool(record.get("files")) and not missing
+    record["missing"] = missing
+    return record
+
+
+def open_files():
+    """Every path some process holds open (what a download in progress writes or locks)."""
+    held = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            for fd in os.listdir("/proc/%s/fd" % pid):
+                try:
+                    held.add(os.readlink("/proc/%s/fd/%s" % (pid, fd)))
+                except OSError:
+                    pass
+        except OSError:
+            pass
+    return held
+
+
+def cache_problems(hub_cache):
+    """Partial downloads (old <etag>.incomplete and new <etag>.<8hex>.incomplete), lock files and
+    snapshot links whose blob is gone, each with its size and whether a process holds it."""
+    found = []
+    if not hub_cache or not os.path.isdir(hub_cache):
+        return found
+    for repo in sorted(os.listdir(hub_cache)):
+        top = os.path.join(hub_cache, repo)
+        if not repo.startswith(("models--", "datasets--", "spaces--")) or not os.path.isdir(top):
+            continue
+        try:
+            for entry in os.scandir(os.path.join(top, "blobs")):
+                if entry.name.endswith(".incomplete"):
+                    found.append({"kind": "partial", "path": entry.path, "bytes": entry.stat().st_size, "repo": repo})
+        except OSError:
+            pass
+        for root, _dirs, files in os.walk(os.path.join(top, "snapshots")):
+            for name in files:
+                path = os.path.join(root, name)
+                if os.path.islink(path) and not os.path.exists(path):
+                    found.append({"kind": "broken_link", "path": path, "bytes": 0, "repo": repo})
+    for root, _dirs, files in os.walk(os.path.join(hub_cache, ".locks")):
+        for name in files:
+            if name.endswith(".lock"):
+                found.append({"kind": "lock", "path": os.path.join(root, name), "bytes": 0,
+                              "repo": os.path.basename(root)})
+    if found:
+        held = open_files()
+        for item in found:
+            item["in_use"] = item["path"] in held
+    return found
+
+
+def fetch_running(cfg):
+    return pid_alive(read_text(os.path.join(cfg["run_dir"], "fetch.pid")))
+
+
+def cache(cfg):
+    """List (and with "clean": remove) what broke in the hub cache; never a complete blob."""
+    problems = cache_problems(cfg["hub_cache"])
+    busy = fetch_running(cfg)
+    freed = 0
+    for item in problems:
+        item["removed"] = False
+        if not cfg.get("clean") or item["in_use"] or busy:
+            continue
+        try:
+            os.remove(item["path"])
+        except OSError as exc:
+            item["error"] = str(exc)
+            continue
+        item["removed"] = True
+        freed += item["bytes"]
+    stat = os.statvfs(cfg["hub_cache"]) if os.path.isdir(cfg["hub_cache"]) else None
+    return {
+        "problems": problems,
+        "freed_bytes": freed,
+        "fetch_running": bool(busy),
+        "free_bytes": stat.f_bavail * stat.f_frsize if stat else None,
+        "repos": repo_sizes(cfg["hub_cache"]),
+    }
+
+
+def repo_sizes(hub_cache):
+    sizes = {}
+    if hub_cache and os.path.isdir(hub_cache):
+        for repo in os.listdir(hub_cache):
+            if repo.startswith("models--"):
+                sizes[repo[len("models--"):].replace("--", "/")] = hub_cache_bytes(os.path.join(hub_cache, repo))
+    return sizes
+
+
+def fetch_status(cfg):
+    """How far a detached fetch has come: bytes on disk for the repo (partial files included)."""
+    done = 0
+    folder = os.path.join(cfg["hub_repo_cache"], "blobs")
+    try:
+        for entry in os.scandir(folder):
+            done += entry.stat().st_size
+    except OSError:
+        pass
+    log = log_lines(cfg["log_file"], 20)
+    return {
+        "running": bool(fetch_running(cfg)),
+        "bytes": done,
+        "result": read_json(os.path.join(cfg["run_dir"], "fetch.json")),
+        "log_tail": log,
+    }
+
+
 def probe(cfg):
     runner = runner_state(cfg["run_dir"])
     state = {
@@ -278,7 +405,13 @@ def probe(cfg):
         "endpoint": endpoint(cfg) if runner["vllm_pid"] else None,
         "model_dir": model_dir(cfg.get("model_dir")),
         "hub_cache_bytes": hub_cache_bytes(cfg["hub_repo_cache"]) if cfg.get("hub_repo_cache") else 0,
+        "checkpoint": recorded_checkpoint(cfg),
+        "cache_problems": cache_problems(cfg.get("hub_cache")),
+        "fetch_running": bool(fetch_running(cfg)),
+        "hub_repos": repo_sizes(cfg.get("hub_cache")),
     }
+    if state["checkpoint"] and state["checkpoint"]["complete"]:
+        state["checkpoint"]["metadata"] = model_dir(state["checkpoint"]["snapshot"])
     return state
 
 
@@ -304,7 +437,7 @@ def wait(cfg):
 
 def main(argv):
     command, cfg = argv[1], json.loads(argv[2])
-    result = {"probe": probe, "wait": wait}[command](cfg)
+    result = {"probe": probe, "wait": wait, "cache": cache, "fetch-status": fetch_status}[command](cfg)
     sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
 
 

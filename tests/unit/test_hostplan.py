@@ -69,14 +69,16 @@ def plan(hub, model, state, token=None, **data):
 def test_fp8_sibling_is_chosen_by_its_config_not_its_name(hub):
     result = plan(hub, "acme/Coder-7B", host())
     assert result.problems == []
-    assert result.model == "RedHatAI/Coder-7B-FP8-dynamic"
+    assert result.fetch.repo == "RedHatAI/Coder-7B-FP8-dynamic" and len(result.fetch.revision) == 40
+    assert result.model == f"/workspace/podkit/cache/huggingface/hub/models--RedHatAI--Coder-7B-FP8-dynamic/snapshots/{result.fetch.revision}"
+    assert result.fetch.files == ("config.json", "model.safetensors", "tokenizer.json") and not result.fetched
     assert result.plan["fp8_alternative"] == "RedHatAI/Coder-7B-FP8-dynamic"
     assert result.tool_call_parser == "hermes" and result.reasoning_parser == "qwen3"
 
 
 def test_no_fp8_on_gpus_without_fp8(hub):
     result = plan(hub, "acme/Coder-7B", host(name="NVIDIA A100-SXM4-80GB", cap="8.0"))
-    assert result.model == "acme/Coder-7B" and result.problems == []
+    assert result.fetch.repo == "acme/Coder-7B" and result.problems == []
 
 
 def test_auto_context_takes_the_plan_and_tp_the_gpu_count(hub):

@@ -13,8 +13,9 @@ import pytest
 from pyinfra.api import FileUploadCommand, FunctionCommand
 from pyinfra.context import ctx_host
 
-from operations import preflight, runner, vllm, volume
+from operations import checkpoint, preflight, runner, vllm, volume
 from podkit.config import PackageSpec, Paths, Settings
+from podkit.fetch import FetchSpec
 from podkit.hoststate import VllmInstall
 
 from .test_config import sample_data
@@ -28,6 +29,8 @@ OPERATIONS = {
     "vllm.endpoint": vllm.endpoint,
     "runner.service": runner.service,
     "preflight.checks": preflight.checks,
+    "checkpoint.cache_clean": checkpoint.cache_clean,
+    "checkpoint.fetched": checkpoint.fetched,
 }
 ADAPTERS = {
     "vllm.venv": {
@@ -36,6 +39,8 @@ ADAPTERS = {
         "found": lambda v: v and VllmInstall(**v),
     },
     "vllm.endpoint": {"settings": lambda v: Settings.from_mapping({**sample_data(), **v})},
+    "checkpoint.cache_clean": {"paths": Paths},
+    "checkpoint.fetched": {"paths": Paths, "spec": lambda v: FetchSpec(**{**v, "files": tuple(v["files"])})},
 }
 
 
