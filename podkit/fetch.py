@@ -48,7 +48,7 @@ def start_command(spec: FetchSpec, paths: Paths, python: str, endpoint: str | No
     run = shlex.quote(paths.run)
     return (
         f". {shlex.quote(paths.env_file)} && {exports}\n"
-        f"rm -f {run}/fetch.json\n"
+        f"rm -f {run}/fetch.json {run}/fetch.pid\n"
         f"setsid {shlex.quote(python)} - {shlex.quote(json.dumps(cfg, sort_keys=True))} "
         f"> {shlex.quote(paths.fetch_log)} 2>&1 <<'{_HEREDOC}' &\n{source}\n{_HEREDOC}\n"
         f'pid=$!; echo "$pid $(sed \'s/^.*) //\' /proc/$pid/stat | cut -d\' \' -f20)" > {run}/fetch.pid; echo $pid'

@@ -64,4 +64,12 @@ def main(cfg):
 
 
 if __name__ == "__main__":
-    sys.exit(main(json.loads(sys.argv[1])))
+    config = json.loads(sys.argv[1])
+    try:
+        code = main(config)
+    finally:
+        try:
+            os.remove(os.path.join(os.path.dirname(config["status_file"]), "fetch.pid"))
+        except OSError:
+            pass
+    sys.exit(code)

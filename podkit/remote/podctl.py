@@ -317,9 +317,12 @@ def cache_problems(hub_cache):
                 path = os.path.join(root, name)
                 if os.path.islink(path) and not os.path.exists(path):
                     found.append({"kind": "broken_link", "path": path, "bytes": 0, "repo": repo})
+    # huggingface_hub leaves <etag>.lock behind every download; one whose blob never completed
+    # belongs to a download that died
     for root, _dirs, files in os.walk(os.path.join(hub_cache, ".locks")):
         for name in files:
-            if name.endswith(".lock"):
+            blob = os.path.join(hub_cache, os.path.basename(root), "blobs", name[: -len(".lock")])
+            if name.endswith(".lock") and not os.path.exists(blob):
                 found.append({"kind": "lock", "path": os.path.join(root, name), "bytes": 0,
                               "repo": os.path.basename(root)})
     if found:

@@ -1,0 +1,111 @@
+"""The checkpoint on the volume, for real: a local hub (the hub's HTTP protocol on loopback), the
+sandbox host fetching from it with huggingface_hub in its vLLM venv, and vLLM serving the snapshot."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from podkit.hubserver import LocalHub
+from podkit.sandbox import PROJECT_ROOT
+from podkit.tinymodel import write_tiny_model
+
+pytestmark = pytest.mark.e2e
+TOKEN = "hf_" + "s3cr3t" * 6
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hub")
+    write_tiny_model(root / "acme" / "tiny-coder")
+    write_tiny_model(root / "acme" / "tiny-coder-b", seed=1)
+    gated = write_tiny_model(root / "acme" / "tiny-gated")  # seed 0: its answers to verify are known
+    (gated / ".hub.json").write_text(json.dumps({"gated": True}))
+    with LocalHub(root, token=TOKEN) as server:
+        yield server
+
+
+def hub_env(hub, tmp_path, **extra):
+    return {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf-controller"), "HF_HUB_DISABLE_TELEMETRY": "1",
+            "HF_TOKEN": "", **extra}
+
+
+def snapshot_files(pod, repo):
+    return sorted((pod.podkit / "cache" / "huggingface" / "hub" / f"models--{repo.replace('/', '--')}").rglob("*"))
+
+
+def test_fetch_then_serve_the_snapshot(pod, hub, tmp_path):
+    applied = pod.apply("--data", "vllm_model=acme/tiny-coder", env=hub_env(hub, tmp_path))
+    assert applied.rc == 0, applied.stderr[-3000:]
+    assert "fetched acme/tiny-coder@" in applied.stderr
+    record = json.loads((pod.podkit / "run" / "checkpoint.json").read_text())
+    assert record["repo"] == "acme/tiny-coder" and len(record["revision"]) == 40
+    assert "model.safetensors" in record["files"] and "README.md" not in record["files"]
+    launch = (pod.podkit / "bin" / "launch.sh").read_text()
+    assert f"serve {record['snapshot']}" in launch
+    assert 'HF_HUB_OFFLINE=1' in (pod.podkit / "bin" / "env.sh").read_text()
+    assert pod.cli("verify", "inventories/sandbox.py").returncode == 0
+
+
+def test_a_complete_snapshot_is_a_noop_without_any_hub_request(pod, hub, tmp_path):
+    hub.clear_log()
+    applied = pod.apply("--data", "vllm_model=acme/tiny-coder", env=hub_env(hub, tmp_path))
+    assert applied.rc == 0, applied.stderr[-3000:]
+    assert applied.changed() == []
+    assert hub.requests == []
+    assert len(applied.sessions) == 1
+
+
+def test_a_killed_download_is_cleaned_and_completed_on_reapply(pod, hub, tmp_path):
+    hub.bytes_per_second = 20_000  # the tiny checkpoint then takes ~35 s
+    run = pod.podkit / "run"
+    env = pod.box.env(**hub_env(hub, tmp_path))
+    apply = subprocess.Popen(
+        [str(Path(sys.executable).parent / "pyinfra"), "-y", "inventories/sandbox.py", "deploy.py",
+         "--data", "vllm_model=acme/tiny-coder-b"],
+        cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pid = (run / "fetch.pid").read_text().split()[0] if (run / "fetch.pid").exists() else None
+        if pid and Path(f"/proc/{pid}").exists():
+            break
+        time.sleep(0.5)
+    time.sleep(3)
+    os.kill(int(pid), signal.SIGKILL)
+    output, _ = apply.communicate(timeout=120)
+    pod.outputs.append(output)
+    assert apply.returncode != 0 and "the fetch stopped without a result" in output
+    orphans = [p for p in snapshot_files(pod, "acme/tiny-coder-b") if p.name.endswith(".incomplete")]
+    assert orphans, "SIGKILL mid-download leaves a partial file behind"
+
+    hub.bytes_per_second = None
+    applied = pod.apply("--data", "vllm_model=acme/tiny-coder-b", env=hub_env(hub, tmp_path))
+    assert applied.rc == 0, applied.stderr[-3000:]
+    assert "hub cache: removed" in applied.stderr
+    assert not any(p.name.endswith(".incomplete") for p in snapshot_files(pod, "acme/tiny-coder-b"))
+    assert (pod.podkit / "run" / "checkpoint.json").exists()
+    assert pod.cli("verify", "inventories/sandbox.py").returncode == 0
+
+
+def test_gated_model_with_a_token_never_shows_the_token(pod, hub, tmp_path):
+    applied = pod.apply("--data", "vllm_model=acme/tiny-gated", env=hub_env(hub, tmp_path, HF_TOKEN=TOKEN))
+    assert applied.rc == 0, applied.stderr[-3000:]
+    token_file = pod.podkit / "secrets" / "hf_token"
+    assert token_file.read_text().strip() == TOKEN and token_file.stat().st_mode & 0o777 == 0o600
+    assert TOKEN not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert all(TOKEN not in output for output in pod.outputs + [applied.stdout, applied.stderr])
+    for log in (pod.podkit / "logs").iterdir():
+        assert TOKEN not in log.read_text(errors="replace"), log
+    assert pod.cli("verify", "inventories/sandbox.py").returncode == 0
+
+
+def test_back_to_the_local_checkpoint(pod):
+    applied = pod.apply()
+    assert applied.rc == 0, applied.stderr[-3000:]
+    assert pod.cli("verify", "inventories/sandbox.py").returncode == 0
