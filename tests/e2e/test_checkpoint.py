@@ -109,3 +109,15 @@ def test_back_to_the_local_checkpoint(pod):
     applied = pod.apply()
     assert applied.rc == 0, applied.stderr[-3000:]
     assert pod.cli("verify", "inventories/sandbox.py").returncode == 0
+
+
+def test_cache_ls_and_clean_from_the_cli(pod):
+    blobs = pod.podkit / "cache" / "huggingface" / "hub" / "models--acme--tiny-coder" / "blobs"
+    orphan = blobs / "0123abcd.deadbeef.incomplete"
+    orphan.write_bytes(b"\0" * 4096)
+    listed = json.loads(pod.cli("cache", "ls", "inventories/sandbox.py", "--json").stdout)["sandbox"]
+    assert [p["path"] for p in listed["problems"]] == [str(orphan)]
+    assert listed["repos"]["acme/tiny-coder"] > 600_000
+    cleaned = pod.cli("cache", "clean", "inventories/sandbox.py")
+    assert cleaned.returncode == 0 and "freed 0.00 GB" in cleaned.stdout and "removed" in cleaned.stdout
+    assert not orphan.exists() and any(blobs.iterdir())
