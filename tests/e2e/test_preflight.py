@@ -61,3 +61,33 @@ def test_gated_hub_model_stops_the_host_before_any_download(box, tmp_path):
     assert "preflight: acme/Gated-7B is gated: accept its licence on the hub, then set HF_TOKEN" in applied.stderr
     assert downloads == [] and len(applied.sessions) == 1
     assert not (box.volume / "podkit").exists()
+
+
+def test_a_volume_too_small_for_the_download_is_refused_before_any_byte(tmp_path):
+    import subprocess
+
+    from podkit.hubserver import LocalHub
+    from podkit.tinymodel import write_tiny_model
+
+    box = Sandbox(tmp_path / "small")
+    box.volume.mkdir(parents=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(box.volume)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        box.up()
+        write_tiny_model(tmp_path / "hub" / "acme" / "tiny-coder")
+        with LocalHub(tmp_path / "hub") as hub:
+            applied = box.apply(
+                "--data", "vllm_model=acme/tiny-coder",
+                env={"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1"},
+            )
+            # metadata only: config.json, and safetensors headers through Range requests
+            downloads = [r["path"] for r in hub.request_log if r["method"] == "GET" and "/resolve/" in r["path"]
+                         and not r["range"] and not r["path"].endswith("config.json")]
+        assert applied.rc != 0
+        assert "acme/tiny-coder needs 0.0 GB to download (+2.1 GB headroom) but the volume has 0.0 GB free" in applied.stderr
+        assert "grow the volume" in applied.stderr
+        assert downloads == [] and not (box.volume / "podkit").exists()
+    finally:
+        box.down()
+        subprocess.run(["umount", str(box.volume)])
