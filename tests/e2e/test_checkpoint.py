@@ -81,6 +81,7 @@ def test_a_killed_download_is_cleaned_and_completed_on_reapply(pod, hub, tmp_pat
     output, _ = apply.communicate(timeout=120)
     pod.outputs.append(output)
     assert apply.returncode != 0 and "the fetch stopped without a result" in output
+    assert "fetching acme/tiny-coder-b@" in output and "%)" in output  # progress while it ran
     orphans = [p for p in snapshot_files(pod, "acme/tiny-coder-b") if p.name.endswith(".incomplete")]
     assert orphans, "SIGKILL mid-download leaves a partial file behind"
 

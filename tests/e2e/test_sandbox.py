@@ -40,7 +40,8 @@ def models(pod):
 def test_first_apply_converges_and_verify_passes(pod):
     applied = pod.apply()
     assert applied.rc == 0, applied.stderr[-3000:]
-    assert "vLLM answers /health and lists 'tiny-coder'" in applied.stderr
+    # (another e2e file may have converged this session's sandbox already)
+    assert "vLLM answers /health and lists 'tiny-coder'" in applied.stderr or applied.changed() == []
     verify = pod.cli("verify", "inventories/sandbox.py", "--json")
     report = json.loads(verify.stdout)["sandbox"]
     failed = [c for c in report["checks"] if not c["ok"]]
@@ -52,7 +53,7 @@ def test_second_apply_changes_nothing_in_one_round_trip(pod):
     applied = pod.apply()
     assert applied.rc == 0, applied.stderr[-3000:]
     assert applied.changed() == []
-    assert len(applied.unchanged()) == 9
+    assert len(applied.unchanged()) == len(applied.results["operations"]) >= 10
     assert len(applied.sessions) == 1, applied.sessions
     print(f"\nconverged re-apply: {applied.seconds:.1f}s, {len(applied.sessions)} remote sessions")
 
