@@ -14,6 +14,7 @@ from importlib import resources
 from typing import Any
 
 from .config import PackageSpec, Settings
+from .plan import supports_fp8
 
 _HEREDOC = "PODKIT_PODCTL_EOF"
 
@@ -82,10 +83,7 @@ class Gpu:
 
     @property
     def supports_fp8(self) -> bool:
-        if not self.compute_capability:
-            return False
-        major, _, minor = self.compute_capability.partition(".")
-        return (int(major), int(minor or 0)) >= (8, 9)
+        return supports_fp8(self.compute_capability)
 
 
 def parse_nvidia_smi(lines: list[str]) -> list[Gpu]:

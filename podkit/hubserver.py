@@ -73,6 +73,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from .models import safetensors_dtypes
+
 __all__ = ["LocalHub", "LFS_THRESHOLD", "LFS_SUFFIXES", "main"]
 
 LFS_THRESHOLD = 10 * 1024 * 1024
@@ -198,16 +200,7 @@ def read_safetensors_header(path: str | os.PathLike) -> dict:
     return json.loads(data)
 
 
-def safetensors_parameter_counts(header: dict) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        n = 1
-        for dim in info["shape"]:
-            n *= int(dim)
-        counts[info["dtype"]] = counts.get(info["dtype"], 0) + n
-    return counts
+safetensors_parameter_counts = safetensors_dtypes
 
 
 # --------------------------------------------------------------------------- server

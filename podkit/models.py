@@ -113,7 +113,7 @@ def safetensors_dtypes(header: dict[str, Any]) -> dict[str, int]:
             continue
         n = 1
         for dim in info["shape"]:
-            n *= dim
+            n *= int(dim)
         counts[info["dtype"]] = counts.get(info["dtype"], 0) + n
     return counts
 

@@ -50,6 +50,14 @@ GPUS: dict[str, tuple[float, str]] = {
 }
 
 
+def supports_fp8(compute_capability: str | None) -> bool:
+    """FP8 runs fast from compute capability 8.9 (Ada, Hopper, Blackwell)."""
+    if not compute_capability:
+        return False
+    major, _, minor = compute_capability.partition(".")
+    return (int(major), int(minor or 0)) >= (8, 9)
+
+
 class PlanError(ValueError):
     """Inputs that cannot be planned; the message names the fix."""
 
@@ -350,10 +358,7 @@ class Hardware:
 
     @property
     def fp8_supported(self) -> bool:
-        if not self.compute_capability:
-            return False
-        major, _, minor = self.compute_capability.partition(".")
-        return (int(major), int(minor or 0)) >= (8, 9)
+        return supports_fp8(self.compute_capability)
 
 
 def make_plan(

@@ -46,14 +46,19 @@ def _check(key: str, source: str) -> str:
     return key
 
 
-def read_key(path: str | Path) -> str | None:
-    path = Path(path)
+def _read_private(path: Path) -> str | None:
+    """The stripped text of a secret file, refused when other users can read it."""
     if not path.exists():
         return None
     mode = path.stat().st_mode & 0o777
     if mode & 0o077:
         raise ApiKeyError(f"{path} is readable by other users (mode {mode:o}); run: chmod 600 {path}")
-    return _check(path.read_text().strip(), str(path))
+    return path.read_text().strip()
+
+
+def read_key(path: str | Path) -> str | None:
+    text = _read_private(Path(path))
+    return None if text is None else _check(text, str(path))
 
 
 def write_key(path: str | Path, key: str) -> None:
@@ -95,10 +100,4 @@ def read_hf_token(path: str | Path, environ: dict[str, str] | None = None) -> st
     token = environ.get("HF_TOKEN", "").strip()
     if token:
         return token
-    path = Path(path)
-    if not path.exists():
-        return None
-    mode = path.stat().st_mode & 0o777
-    if mode & 0o077:
-        raise ApiKeyError(f"{path} is readable by other users (mode {mode:o}); run: chmod 600 {path}")
-    return path.read_text().strip() or None
+    return _read_private(Path(path)) or None
