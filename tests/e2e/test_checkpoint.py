@@ -76,7 +76,7 @@ def test_a_killed_download_is_cleaned_and_completed_on_reapply(pod, hub, tmp_pat
         if pid and Path(f"/proc/{pid}").exists():
             break
         time.sleep(0.5)
-    time.sleep(3)
+    time.sleep(8)  # past the first progress poll (every 5 s), well before the ~35 s download ends
     os.kill(int(pid), signal.SIGKILL)
     output, _ = apply.communicate(timeout=120)
     pod.outputs.append(output)
