@@ -53,7 +53,6 @@ def probe_config(settings: Settings) -> dict[str, Any]:
     paths = settings.paths
     model = settings.model
     local = model.startswith("/")
-    repo = model.split("@")[0]
     return {
         "hub_cache": paths.hub_cache,
         "record": paths.checkpoint_record,
@@ -64,7 +63,6 @@ def probe_config(settings: Settings) -> dict[str, Any]:
         "files": managed_files(settings) + [paths.hf_token],  # the token's sum decides its upload only
         "dirs": sorted(paths.directories()),
         "model_dir": model if local else None,
-        "hub_repo_cache": None if local else paths.repo_cache(repo),
     }
 
 
@@ -150,7 +148,6 @@ class HostState:
     port_listening: bool
     endpoint: dict[str, Any] | None
     model_dir: dict[str, Any] | None = None
-    hub_cache_bytes: int = 0
     checkpoint: dict[str, Any] | None = None  # what a previous fetch recorded for this model spec
     cache_problems: list[dict[str, Any]] = field(default_factory=list)
     fetch_running: bool = False
@@ -222,7 +219,6 @@ def parse_probe(output: str) -> HostState:
         port_listening=data["port_listening"],
         endpoint=data["endpoint"],
         model_dir=data.get("model_dir"),
-        hub_cache_bytes=data.get("hub_cache_bytes") or 0,
         checkpoint=data.get("checkpoint"),
         cache_problems=data.get("cache_problems") or [],
         fetch_running=bool(data.get("fetch_running")),

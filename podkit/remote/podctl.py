@@ -407,7 +407,6 @@ def probe(cfg):
         "port_listening": port_listening(cfg),
         "endpoint": endpoint(cfg) if runner["vllm_pid"] else None,
         "model_dir": model_dir(cfg.get("model_dir")),
-        "hub_cache_bytes": hub_cache_bytes(cfg["hub_repo_cache"]) if cfg.get("hub_repo_cache") else 0,
         "checkpoint": recorded_checkpoint(cfg),
         "cache_problems": cache_problems(cfg.get("hub_cache")),
         "fetch_running": bool(fetch_running(cfg)),
