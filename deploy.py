@@ -4,9 +4,9 @@
     pyinfra -y inventories/mine.py deploy.py         # your own hosts (an inventory you write)
 
 Reads top to bottom in the order a host converges: read the host (one remote
-command), plan and preflight, vLLM, caches, key, launch script, runner, readiness. On a
-converged host every operation reports "No changes" and the run costs one
-remote command.
+command), plan and preflight, vLLM, caches, key, checkpoint, launch script,
+runner, readiness. On a converged host every operation reports "No changes"
+and the run costs one remote command.
 """
 
 import os
@@ -19,8 +19,8 @@ from podkit import project_path
 from podkit.config import KEYS, Settings, SettingsError
 from podkit.hostplan import plan_host
 from podkit.hoststate import choose_vllm, host_problems
-from podkit.render import host_files
 from podkit.models import from_hub
+from podkit.render import host_files
 from podkit.secrets import ensure_key, file_content, key_digest, read_hf_token
 
 _UNSET = object()
@@ -119,7 +119,8 @@ if launch.fetch:
     )
 
 # 6. The launch script and 7. the runner that keeps it serving.
-script = managed(f"Ensure the launch script serves {launch.model} as {settings.served_model_name}", "launch")
+served = f"{launch.fetch.repo}@{launch.fetch.revision[:12]}" if launch.fetch else launch.model
+script = managed(f"Ensure the launch script serves {served} as {settings.served_model_name}", "launch")
 runner_file = managed("Ensure the runner script is current", "runner")
 restart = any(op.will_change for op in (env, secret, script, runner_file)) or not pod.serving_current_files()
 runner.service(
