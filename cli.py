@@ -129,9 +129,10 @@ def verify(inventory, host_names, as_json, timeout):
     """Prove each host's endpoint works for a coding agent. Changes nothing.
 
     Checks /health, that /v1/models refuses a request without the key and
-    lists the served model with it, a chat completion, a tool call with
-    tool_choice "auto", and a named tool call whose arguments must match a
-    strict schema. The key is read from the same file the deploy used.
+    lists the served model with it, a chat completion, a streamed one (first
+    chunk, clean end), /metrics with vllm:kv_cache_usage_perc, a tool call
+    with tool_choice "auto", and a named tool call whose arguments must match
+    a strict schema. The key is read from the same file the deploy used.
 
     \b
     Exit codes: 0 all pass, 1 other failure, 2 bad input,

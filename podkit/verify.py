@@ -196,6 +196,36 @@ class Verifier:
         tokens = reply.usage.completion_tokens if reply.usage else "?"
         return True, f"{tokens} tokens, finish_reason={choice.finish_reason}", Outcome.OK
 
+    def stream(self) -> tuple[bool, str, Outcome]:
+        start = time.monotonic()
+        first = None
+        finish = None
+        chunks = 0
+        for chunk in self.client.chat.completions.create(
+            model=self.model, messages=[{"role": "user", "content": "Count to five."}], max_tokens=16, stream=True
+        ):
+            chunks += 1
+            if first is None:
+                first = time.monotonic() - start
+            if chunk.choices and chunk.choices[0].finish_reason:
+                finish = chunk.choices[0].finish_reason
+        if first is None:
+            return False, "the stream ended without a chunk", Outcome.ERROR
+        if finish is None:
+            return False, f"{chunks} chunks but no finish_reason: the stream was cut", Outcome.ERROR
+        return True, f"first chunk after {first * 1000:.0f} ms, {chunks} chunks, finish_reason={finish}", Outcome.OK
+
+    def metrics(self) -> tuple[bool, str, Outcome]:
+        status, body, error = _http_status(f"{self.base_url}/metrics", None, self.timeout)
+        if status is None:
+            return False, f"no answer: {error}", Outcome.UNREACHABLE
+        if status != 200:
+            return False, f"/metrics answered {status}", Outcome.ERROR
+        for line in body.decode(errors="replace").splitlines():
+            if line.startswith("vllm:kv_cache_usage_perc"):
+                return True, f"vllm:kv_cache_usage_perc {float(line.rsplit(' ', 1)[1]):.3f}", Outcome.OK
+        return False, "/metrics has no vllm:kv_cache_usage_perc", Outcome.ERROR
+
     def tool_auto(self) -> tuple[bool, str, Outcome]:
         try:
             reply = self.client.chat.completions.create(
@@ -256,6 +286,8 @@ class Verifier:
             ("auth required", self.auth_required),
             ("models", self.models),
             ("chat", self.chat),
+            ("stream", self.stream),
+            ("metrics", self.metrics),
             ("tool call (auto)", self.tool_auto),
             ("tool call (named, strict)", self.tool_named),
         ]
