@@ -234,6 +234,7 @@ class Verifier:
                 tools=[WEATHER_TOOL],
                 tool_choice="auto",
                 max_tokens=64,
+                temperature=0,  # a probe, not a conversation: the same answer every time
             )
         except openai.BadRequestError as exc:
             text = _error_text(exc)
@@ -263,6 +264,7 @@ class Verifier:
                 tools=[WEATHER_TOOL],
                 tool_choice={"type": "function", "function": {"name": name}},
                 max_tokens=128,
+                temperature=0,
             )
         except openai.BadRequestError as exc:
             return False, f"HTTP 400 for a named tool call: {_error_text(exc)}", Outcome.TOOL_CALLING

@@ -23,7 +23,8 @@ TOKEN = "hf_" + "s3cr3t" * 6
 def hub(tmp_path_factory):
     root = tmp_path_factory.mktemp("hub")
     write_tiny_model(root / "acme" / "tiny-coder")
-    write_tiny_model(root / "acme" / "tiny-coder-b", seed=1)
+    # the same weights (verify's answers are known for seed 0) in another repo, so it downloads afresh
+    (write_tiny_model(root / "acme" / "tiny-coder-b") / "README.md").write_text("another repo\n")
     gated = write_tiny_model(root / "acme" / "tiny-gated")  # seed 0: its answers to verify are known
     (gated / ".hub.json").write_text(json.dumps({"gated": True}))
     with LocalHub(root, token=TOKEN) as server:
