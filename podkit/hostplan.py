@@ -17,7 +17,7 @@ from .families import Family, UnknownFamily, family_for
 from .fetch import FetchSpec
 from .hoststate import HostState
 from .models import Checkpoint, ModelError, find_fp8_alternative, from_hub, from_probe
-from .plan import GIB, Hardware, PlanError, gpu_by_name, make_plan
+from .plan import Hardware, PlanError, gpu_by_name, make_plan
 
 AUTO = "auto"
 
