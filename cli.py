@@ -111,13 +111,34 @@ def load_hosts(inventory: str, host_names: tuple[str, ...] = ()):
     return hosts
 
 
-def endpoint_url(name: str, settings, data) -> str:
-    if data.get("podkit_endpoint_url"):
-        return data["podkit_endpoint_url"]
-    address = data.get("ssh_hostname") or name
-    if settings.host not in ("0.0.0.0", "::"):
-        address = settings.host
-    return f"http://{address}:{settings.port}"
+class Target:
+    """One host as a client sees it: its name, settings, data, endpoint URL and API key."""
+
+    def __init__(self, name, settings, data, key):
+        from podkit.endpoints import endpoint_url
+
+        self.name, self.settings, self.data, self.key = name, settings, data, key
+        self.url = endpoint_url(name, data, settings.host, settings.port)
+        self.model = settings.served_model_name
+
+
+def load_targets(inventory: str, host_names: tuple[str, ...] = ()) -> list[Target]:
+    """Every selected host with its endpoint and the key the deploy gave it (read-only commands)."""
+    from podkit import project_path
+    from podkit.secrets import ApiKeyError, read_key
+
+    targets = []
+    for name, settings, data in load_hosts(inventory, host_names):
+        try:
+            key = read_key(project_path(settings.api_key_file))
+        except ApiKeyError as exc:
+            raise click.ClickException(str(exc))
+        if key is None:
+            raise click.ClickException(
+                f"{name}: no API key at {settings.api_key_file}; apply the deploy first (it creates the key)"
+            )
+        targets.append(Target(name, settings, data, key))
+    return targets
 
 
 @cli.command()
@@ -142,22 +163,14 @@ def verify(inventory, host_names, as_json, timeout):
     python cli.py verify inventories/sandbox.py
     python cli.py verify inventories/runpod.py --host coder-1 --json
     """
-    from podkit import project_path
-    from podkit.secrets import ApiKeyError, read_key
+    from podkit.endpoints import each_host
     from podkit.verify import Verifier, worst
 
-    reports = []
-    for name, settings, data in load_hosts(inventory, host_names):
-        try:
-            key = read_key(project_path(settings.api_key_file))
-        except ApiKeyError as exc:
-            raise click.ClickException(str(exc))
-        if key is None:
-            raise click.ClickException(
-                f"{name}: no API key at {settings.api_key_file}; apply the deploy first (it creates the key)"
-            )
-        report = Verifier(endpoint_url(name, settings, data), key, settings.served_model_name, timeout).run()
-        reports.append((name, report))
+    targets = load_targets(inventory, host_names)
+    reports = list(zip(
+        [t.name for t in targets],
+        each_host(lambda t: Verifier(t.url, t.key, t.model, timeout).run(), targets),
+    ))
 
     if as_json:
         click.echo(json.dumps({name: r.as_dict() for name, r in reports}, indent=2, sort_keys=True))
