@@ -9,6 +9,9 @@ and only says whether the answer was right.
             installed vLLM builds, managed files' checksums, runner and server
     wait    poll the local server for up to ``window`` seconds; report readiness,
             the runner's state, the last log line, and on trouble the log tail
+    describe what is serving, for the records of verify, bench and eval: the
+            running server's argv (the key is never on it), the vLLM version,
+            the recorded checkpoint and the served model's architecture
 """
 
 import glob
@@ -437,9 +440,41 @@ def wait(cfg):
     return state
 
 
+def process_argv(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            return [part.decode(errors="replace") for part in handle.read().split(b"\0") if part]
+    except (OSError, TypeError):
+        return None
+
+
+def serve_args(argv):
+    """The arguments after ``serve`` (model first), or None when argv is not a vllm serve."""
+    if not argv or "serve" not in argv:
+        return None
+    return argv[argv.index("serve") + 1:]
+
+
+def describe(cfg):
+    runner = runner_state(cfg["run_dir"])
+    args = serve_args(process_argv(runner["vllm_pid"])) if runner["vllm_pid"] else None
+    found = venv_dists(cfg["venv"])["dists"] or system_dists()["dists"]
+    model = args[0] if args else None
+    config = read_json(os.path.join(model, "config.json")) if model and os.path.isdir(model) else None
+    return {
+        "running": bool(args),
+        "serve_args": args,
+        "vllm_version": next(iter(found.values()), None),
+        "vllm_dist": next(iter(found), None),
+        "checkpoint": read_json(cfg["record"]) if cfg.get("record") else None,
+        "architectures": (config or {}).get("architectures"),
+        "model_type": (config or {}).get("model_type"),
+    }
+
+
 def main(argv):
     command, cfg = argv[1], json.loads(argv[2])
-    result = {"probe": probe, "wait": wait, "cache": cache, "fetch-status": fetch_status}[command](cfg)
+    result = {"probe": probe, "wait": wait, "cache": cache, "fetch-status": fetch_status, "describe": describe}[command](cfg)
     sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
 
 

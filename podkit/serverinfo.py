@@ -1,0 +1,90 @@
+"""What a host is serving, read from the host itself: the record every result carries.
+
+``verify``, ``bench`` and ``eval`` store, with each result, the model, its
+revision, the vLLM version and the running server's full launch flags, so two
+results can be compared later. They come from one remote command
+(``podctl describe``): the running server's own argv (the API key is never on
+it: it travels in ``VLLM_API_KEY``), the venv's vLLM metadata and the
+checkpoint record written by the fetch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .config import Settings
+from .hoststate import podctl_command, server_config
+from .remote_exec import RemoteError, run
+
+
+@dataclass
+class ServerInfo:
+    """What serves on a host. ``error`` says why a field is unknown (e.g. the host is unreachable)."""
+
+    host: str
+    model: str | None = None
+    served_model_name: str | None = None
+    revision: str | None = None
+    vllm_version: str | None = None
+    serve_args: list[str] = field(default_factory=list)
+    architectures: list[str] = field(default_factory=list)
+    running: bool = False
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def flag(self, name: str) -> str | None:
+        """The value of ``--name`` on the running server's command line, else None."""
+        args = self.serve_args
+        for index, arg in enumerate(args):
+            if arg == name and index + 1 < len(args):
+                return args[index + 1]
+            if arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+        return None
+
+
+def describe_config(settings: Settings) -> dict[str, Any]:
+    paths = settings.paths
+    return {**server_config(settings), "venv": paths.venv, "record": paths.checkpoint_record}
+
+
+def parse_describe(host: str, settings: Settings, output: str) -> ServerInfo:
+    """A :class:`ServerInfo` from ``podctl describe``'s JSON line."""
+    try:
+        data = json.loads(output.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return ServerInfo(host, error=f"podctl describe printed no JSON: {output.strip()[-200:]!r}")
+    if data.get("podctl") == 0:
+        return ServerInfo(host, error=data.get("error"))
+    args = data.get("serve_args") or []
+    record = data.get("checkpoint") or {}
+    # a hub checkpoint is served from its snapshot folder: name it by repo and revision
+    from_hub = bool(args) and bool(record.get("snapshot")) and args[0] == record["snapshot"]
+    info = ServerInfo(
+        host,
+        model=record.get("repo") if from_hub else (args[0] if args else None),
+        served_model_name=settings.served_model_name,
+        revision=record.get("revision") if from_hub else None,
+        vllm_version=data.get("vllm_version"),
+        serve_args=args,
+        architectures=data.get("architectures") or [],
+        running=bool(data.get("running")),
+    )
+    if not info.running:
+        info.error = "no vLLM server runs under podkit's runner on this host"
+    return info
+
+
+def describe(host: str, settings: Settings, data: dict[str, Any]) -> ServerInfo:
+    """Ask ``host`` (over SSH, one command) what it serves. Never raises for an unreachable host."""
+    try:
+        result = run(host, data, podctl_command("describe", describe_config(settings)), timeout=30)
+    except RemoteError as exc:
+        return ServerInfo(host, served_model_name=settings.served_model_name, error=str(exc))
+    if result.status != 0:
+        return ServerInfo(host, error=result.stderr.strip()[-300:] or f"exit status {result.status}")
+    return parse_describe(host, settings, result.stdout)

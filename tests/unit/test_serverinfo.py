@@ -1,0 +1,41 @@
+"""Reading what a host serves from podctl describe's answer."""
+
+import json
+
+import pytest
+
+from podkit.config import Settings
+from podkit.serverinfo import parse_describe
+
+SETTINGS = Settings.from_mapping({"vllm_model": "Qwen/Qwen2.5-Coder-7B-Instruct", "podkit_volume": "/workspace"})
+SNAP = "/workspace/podkit/cache/huggingface/hub/models--Qwen--Qwen2.5-Coder-7B-Instruct/snapshots/abc"
+ARGS = [SNAP, "--served-model-name", "Qwen2.5-Coder-7B-Instruct", "--tool-call-parser", "hermes", "--port=8000"]
+
+
+@pytest.mark.parametrize(
+    "answer, model, revision, running, error",
+    [
+        ({"running": True, "serve_args": ARGS, "vllm_version": "0.33.0",
+          "checkpoint": {"repo": "Qwen/Qwen2.5-Coder-7B-Instruct", "revision": "abc123", "snapshot": SNAP}},
+         "Qwen/Qwen2.5-Coder-7B-Instruct", "abc123", True, None),
+        ({"running": True, "serve_args": ["/models/mine", "--port", "8000"], "checkpoint": None},
+         "/models/mine", None, True, None),  # a folder on the host: no revision to record
+        ({"running": False, "serve_args": None, "checkpoint": None}, None, None, False,
+         "no vLLM server runs under podkit's runner on this host"),
+        ({"podctl": 0, "error": "python3 not found on PATH"}, None, None, False, "python3 not found on PATH"),
+    ],
+)
+def test_parse_describe(answer, model, revision, running, error):
+    info = parse_describe("pod", SETTINGS, json.dumps(answer) + "\n")
+    assert (info.model, info.revision, info.running, info.error) == (model, revision, running, error)
+
+
+def test_flags_are_read_in_both_spellings():
+    info = parse_describe("pod", SETTINGS, json.dumps({"running": True, "serve_args": ARGS}))
+    assert info.flag("--tool-call-parser") == "hermes"
+    assert info.flag("--port") == "8000"
+    assert info.flag("--reasoning-parser") is None
+
+
+def test_garbage_is_an_error_not_a_crash():
+    assert "printed no JSON" in parse_describe("pod", SETTINGS, "Welcome to the pod!\n").error
