@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from podkit.config import Settings
 from podkit.serverinfo import parse_describe
+from tests.helpers import settings
 
-SETTINGS = Settings.from_mapping({"vllm_model": "Qwen/Qwen2.5-Coder-7B-Instruct", "podkit_volume": "/workspace"})
+SETTINGS = settings(vllm_model="Qwen/Qwen2.5-Coder-7B-Instruct", podkit_volume="/workspace")
 SNAP = "/workspace/podkit/cache/huggingface/hub/models--Qwen--Qwen2.5-Coder-7B-Instruct/snapshots/abc"
 ARGS = [SNAP, "--served-model-name", "Qwen2.5-Coder-7B-Instruct", "--tool-call-parser", "hermes", "--port=8000"]
 
