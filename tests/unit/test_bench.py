@@ -1,0 +1,324 @@
+"""bench's pure parts: statistics, cost, length capping, exact-length prompts, the
+figures from recorded chunk timings, the table and the chart; then a whole run
+against a small fake OpenAI-compatible server on loopback."""
+
+import json
+import math
+import struct
+import threading
+import zlib
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from podkit.bench import (
+    MAX_TOKENIZE_CALLS, TTFT_OUTPUT_TOKENS, Bench, BenchAborted, Options, Timing, aggregate_length,
+    aggregate_level, build_prompt, cap_lengths, overall, percentile, record_path, summary, table,
+    usd_per_million_tokens, write_chart,
+)
+from podkit.serverinfo import ServerInfo
+
+
+@pytest.mark.parametrize(
+    "values, q, expected",
+    [
+        ([10, 20, 30, 40, 50], 50, 30),
+        ([10, 20, 30, 40, 50], 95, 48),  # rank 3.8: 40 + 0.8 x 10
+        ([4, 1, 3, 2], 50, 2.5),  # unsorted input, between two ranks
+        ([1, 2, 3, 4], 0, 1),
+        ([1, 2, 3, 4], 100, 4),
+        ([7.5], 95, 7.5),
+        ([], 50, None),
+    ],
+)
+def test_percentile(values, q, expected):
+    assert percentile(values, q) == (None if expected is None else pytest.approx(expected))
+
+
+def test_summary():
+    assert summary([0.1, 0.3, 0.2]) == {"p50": 0.2, "p95": pytest.approx(0.29), "mean": pytest.approx(0.2), "n": 3}
+    assert summary([]) == {"p50": None, "p95": None, "mean": None, "n": 0}
+
+
+@pytest.mark.parametrize(
+    "usd, tokens_per_s, expected",
+    [
+        (2.0, 1000.0, 0.5556),  # 3.6 M tokens an hour for $2
+        (2.39, 250.0, 2.6556),
+        (None, 1000.0, None),  # no price known
+        (2.0, None, None),  # nothing measured
+        (2.0, 0.0, None),
+    ],
+)
+def test_usd_per_million_tokens(usd, tokens_per_s, expected):
+    assert usd_per_million_tokens(usd, tokens_per_s) == expected
+
+
+@pytest.mark.parametrize(
+    "lengths, max_len, output, capped, noted",
+    [
+        ((1024, 4096, 16384, 32768), 32768, 16, [1024, 4096, 16384, 32752], True),
+        ((1024, 4096, 16384, 32768), 2048, 16, [1024, 2032], True),  # 4K, 16K and 32K collapse to one
+        ((256, 1024), 2048, 16, [256, 1024], False),
+        ((2032,), 2048, 16, [2032], False),  # exactly at the limit
+        ((4096, 1024), None, 16, [1024, 4096], True),  # unknown limit: kept, and said so
+    ],
+)
+def test_cap_lengths(lengths, max_len, output, capped, noted):
+    got, notes = cap_lengths(lengths, max_len, output)
+    assert got == capped
+    assert bool(notes) == noted
+
+
+def test_cap_lengths_refuses_a_limit_that_leaves_no_room():
+    with pytest.raises(ValueError, match="no room"):
+        cap_lengths([128], 256, 256)
+
+
+class FakeTokenizer:
+    """Counts tokens the way a tokenizer might, and counts its calls."""
+
+    def __init__(self, count):
+        self.count, self.calls = count, 0
+
+    def __call__(self, text):
+        self.calls += 1
+        return self.count(text)
+
+
+TOKENIZERS = {
+    "one per character": lambda text: len(text),
+    "one per word plus BOS": lambda text: 1 + len(text.split()),
+    # long words cost two tokens: single words can overshoot by one
+    "words of 4 letters per token": lambda text: sum(math.ceil(len(w) / 4) for w in text.split()),
+    "characters and spaces merged": lambda text: len(text) - text.count(" ") // 2,
+}
+
+
+@pytest.mark.parametrize("name", sorted(TOKENIZERS))
+@pytest.mark.parametrize("target", [20, 256, 1000, 4096, 32768])
+def test_build_prompt_hits_the_exact_count(name, target):
+    tokenize = FakeTokenizer(TOKENIZERS[name])
+    prompt = build_prompt(target, tokenize, seed=7, nonce="ab12")
+    assert prompt.target == target
+    assert prompt.tokens == target == TOKENIZERS[name](prompt.text)
+    assert tokenize.calls <= MAX_TOKENIZE_CALLS
+
+
+def test_build_prompt_is_unique_per_seed_and_nonce_and_repeatable():
+    count = TOKENIZERS["words of 4 letters per token"]
+    first = build_prompt(300, count, seed=1, nonce="aa")
+    assert first.text.startswith("aa #1:")
+    assert build_prompt(300, count, seed=1, nonce="aa").text == first.text
+    others = {build_prompt(300, count, seed=2, nonce="aa").text, build_prompt(300, count, seed=1, nonce="bb").text}
+    assert first.text not in others and len(others) == 2
+
+
+def test_build_prompt_below_its_header_is_refused():
+    with pytest.raises(ValueError, match="header"):
+        build_prompt(3, len, seed=12345, nonce="cafe")
+
+
+def timing(start, chunks, tokens=None, prompt_tokens=None, error=None):
+    return Timing(start, list(chunks), end=chunks[-1] if chunks else start, prompt_tokens=prompt_tokens,
+                  output_tokens=tokens if tokens is not None else (len(chunks) if chunks else None), error=error)
+
+
+def test_aggregate_level_from_recorded_chunks():
+    timings = [
+        timing(0.0, [0.1, 0.2, 0.3]),
+        timing(0.0, [0.2, 0.25, 0.45]),
+        timing(0.1, [], error="HTTP 500: boom"),
+    ]
+    level = aggregate_level(2, timings, wall_s=0.5, usd_per_hour=3.6)
+    assert level["requests"] == 3 and level["completed"] == 2
+    assert level["errors"] == ["HTTP 500: boom"]
+    assert level["output_tokens"] == 6
+    assert level["output_tokens_per_s"] == 12.0
+    assert level["requests_per_s"] == 4.0
+    assert level["ttft_s"]["p50"] == pytest.approx(0.15) and level["ttft_s"]["n"] == 2
+    # gaps 0.1, 0.1, 0.05, 0.2
+    assert level["itl_s"]["n"] == 4
+    assert level["itl_s"]["p50"] == pytest.approx(0.1)
+    assert level["itl_s"]["p95"] == pytest.approx(0.185)
+    # (0.3 - 0.1) / 2 and (0.45 - 0.2) / 2
+    assert level["tpot_s"]["p50"] == pytest.approx(0.1125)
+    assert level["usd_per_million_output_tokens"] == pytest.approx(3.6 / (12 * 3600) * 1e6, rel=1e-4)
+
+
+def test_aggregate_level_counts_tokens_from_usage_when_chunks_carry_several():
+    level = aggregate_level(1, [timing(0.0, [0.5, 1.0], tokens=10)], wall_s=2.0, usd_per_hour=None)
+    assert level["output_tokens_per_s"] == 5.0
+    assert level["tpot_s"]["p50"] == pytest.approx(0.5 / 9, abs=1e-6)
+    assert level["usd_per_million_output_tokens"] is None
+
+
+def test_aggregate_level_with_nothing_completed():
+    level = aggregate_level(4, [timing(0.0, [], error="timeout")] * 4, wall_s=1.0, usd_per_hour=1.0)
+    assert level["completed"] == 0 and level["output_tokens_per_s"] is None
+    assert level["ttft_s"]["p50"] is None and level["usd_per_million_output_tokens"] is None
+
+
+def test_aggregate_length_keeps_the_warmup_out():
+    warmup = timing(0.0, [2.0])  # paid for compilation
+    row = aggregate_length(1024, warmup, [timing(0.0, [0.2], prompt_tokens=1024), timing(1.0, [1.4], prompt_tokens=1024)])
+    assert row["first_request_ttft_s"] == 2.0
+    assert row["ttft_s"]["n"] == 2 and row["ttft_s"]["p50"] == pytest.approx(0.3)
+    assert row["prompt_tokens"] == [1024] and row["errors"] == []
+
+
+def test_record_path():
+    when = datetime(2026, 3, 4, 5, 6, 7, tzinfo=timezone.utc)
+    assert record_path(Path("/p"), "pod/1 a", when) == Path("/p/runs/bench/20260304T050607Z-pod_1_a.json")
+
+
+def test_overall_outcome():
+    assert int(overall([{"outcome": "ok"}, {"outcome": "ok"}])) == 0
+    assert int(overall([{"outcome": "ok"}, {"outcome": "error"}, {"outcome": "unreachable"}])) == 3
+
+
+def png_size(path):
+    data = Path(path).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    length, kind = struct.unpack(">I4s", data[8:16])
+    assert kind == b"IHDR" and length == 13
+    assert struct.unpack(">I", data[29:33])[0] == zlib.crc32(data[12:29])
+    assert data[-8:-4] == b"IEND"
+    return struct.unpack(">II", data[16:24])
+
+
+# ---------------------------------------------------------------- a whole run against a fake server
+
+class FakeVllm(BaseHTTPRequestHandler):
+    """Enough of vLLM's API for bench: /v1/models, /tokenize (a token per word), /version and
+    streamed /v1/completions (a chunk per token, then usage)."""
+
+    max_model_len = 2048
+    key = "k"
+    requests = []
+
+    def log_message(self, *args):
+        pass
+
+    def _json(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _authorized(self):
+        if self.headers.get("Authorization") != f"Bearer {self.key}":
+            self._json(401, {"error": "Unauthorized"})
+            return False
+        return True
+
+    def do_GET(self):
+        if self.path == "/version":
+            return self._json(200, {"version": "0.32.0"})
+        if not self._authorized():
+            return
+        entry = {"id": "m", "object": "model", "created": 0, "owned_by": "vllm"}
+        if self.max_model_len:
+            entry["max_model_len"] = self.max_model_len
+        self._json(200, {"object": "list", "data": [entry]})
+
+    def do_POST(self):
+        if not self._authorized():
+            return
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append((self.path, body))
+        count = len(body["prompt"].split())
+        if self.path == "/tokenize":
+            return self._json(200, {"count": count, "max_model_len": self.max_model_len})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for index in range(body["max_tokens"]):
+            chunk = {"id": "c", "object": "text_completion", "created": 0, "model": "m",
+                     "choices": [{"index": 0, "text": f" t{index}", "finish_reason": None}]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+        usage = {"prompt_tokens": count, "completion_tokens": body["max_tokens"], "total_tokens": 0}
+        final = {"id": "c", "object": "text_completion", "created": 0, "model": "m", "choices": [], "usage": usage}
+        self.wfile.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
+
+
+@pytest.fixture
+def fake_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeVllm)
+    FakeVllm.requests = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    FakeVllm.max_model_len = 2048
+
+
+ARGS = ["/models/m", "--served-model-name", "m", "--max-model-len", "1024", "--enforce-eager"]
+SMALL = Options(lengths=(64, 512, 4096), ttft_requests=2, concurrency=(1, 3), rounds=2,
+                prompt_tokens=32, output_tokens=8, timeout=10)
+
+
+def test_a_whole_run(fake_server, tmp_path):
+    info = ServerInfo("box", model="/models/m", vllm_version="0.32.0+cpu", serve_args=ARGS, running=True)
+    bench = Bench("box", fake_server, "k", "m", SMALL, info, usd_per_hour=1.5, cost_source="--usd-per-hour")
+    planned = bench.prepare()
+    assert bench.lengths == [64, 512, 2048 - TTFT_OUTPUT_TOKENS]  # 4096 capped at /v1/models' limit
+    assert bench.max_model_len_source == "GET /v1/models max_model_len"
+    labels = []
+    record = bench.run(labels.append)
+    assert len(labels) == planned == 3 * 3 + 1 + (1 + 3) * 2
+    completions = [body for path, body in FakeVllm.requests if path == "/v1/completions"]
+    assert len(completions) == planned
+    assert all(b["stream_options"] == {"include_usage": True} and b["ignore_eos"] is True for b in completions)
+    # every prompt is different (no prefix-cache hits), and exactly as long as asked
+    assert len({b["prompt"] for b in completions}) == planned
+    assert [row["prompt_tokens"] for row in record["ttft"]] == [[64], [512], [2032]]
+    assert all(row["ttft_s"]["n"] == 2 and row["ttft_s"]["p50"] > 0 for row in record["ttft"])
+    for level in record["concurrency"]:
+        assert level["completed"] == level["requests"] == level["concurrency"] * 2
+        assert level["output_tokens"] == level["completed"] * 8
+        assert level["itl_s"]["n"] == level["completed"] * 7
+        assert level["usd_per_million_output_tokens"] > 0
+    assert record["outcome"] == "ok" and record["error"] is None
+    assert record["server"]["serve_args"] == ARGS and record["vllm_version"] == "0.32.0+cpu"
+    assert any("measured at 2032" in note for note in record["notes"])
+    text = "\n".join(table(record))
+    assert "2032" in text and "vLLM 0.32.0+cpu" in text and "$1.5/h" in text
+
+    chart = write_chart([record, {**record, "host": "other"}], tmp_path / "c" / "chart.png")
+    width, height = png_size(chart)
+    assert width > 400 and height > 200
+
+
+def test_max_model_len_falls_back_to_the_launch_flag(fake_server):
+    FakeVllm.max_model_len = None
+    info = ServerInfo("box", serve_args=ARGS, running=True)
+    bench = Bench("box", fake_server, "k", "m", SMALL, info)
+    bench.prepare()
+    assert bench.max_model_len == 1024 and bench.max_model_len_source == "the running server's --max-model-len"
+    assert bench.lengths == [64, 512, 1024 - TTFT_OUTPUT_TOKENS]
+    assert bench.vllm_version == "0.32.0"  # the host could not say: the server's /version
+    assert any("cost omitted" in note for note in bench.notes)
+
+
+def test_a_wrong_key_aborts_as_auth(fake_server):
+    with pytest.raises(BenchAborted) as caught:
+        Bench("box", fake_server, "wrong", "m", SMALL).prepare()
+    assert int(caught.value.outcome) == 4
+
+
+def test_an_unreachable_endpoint_aborts_as_unreachable():
+    with pytest.raises(BenchAborted) as caught:
+        Bench("box", "http://127.0.0.1:9", "k", "m", SMALL).prepare()
+    assert int(caught.value.outcome) == 3
+
+
+def test_a_chart_of_a_failed_host_is_still_a_png(tmp_path):
+    failed = {"host": "down", "model": "m", "ttft": [], "concurrency": []}
+    assert png_size(write_chart([failed], tmp_path / "x.png"))[0] > 0
