@@ -8,7 +8,9 @@ process with gevent. This module follows pyinfra 3.10's rules instead:
   tuple) is a group, and a host is a name or a ``(name, data)`` pair;
 - the inventory file's own name is a group too, applied last among groups;
 - data precedence, highest first: the host's own data, group data
-  (``group_data/<group>.py``; later groups win), ``group_data/all.py``.
+  (``group_data/<group>.py``; later groups win), ``group_data/all.py``;
+- group_data is read from the project root's ``group_data/``, then from a
+  ``group_data/`` beside the inventory file (which wins for the same key).
 
 Values in group_data files are their module-level names that do not start
 with ``_`` and are not modules, functions or classes.
@@ -53,6 +55,20 @@ def _run(path: Path, root: Path) -> dict[str, Any]:
         raise InventoryError(f"{path}: {exc}") from exc
 
 
+def read_group_data(group: str, root: str | Path, inventory_dir: str | Path | None = None) -> dict[str, Any]:
+    """``group``'s data from ``root/group_data/<group>.py``, then ``inventory_dir/group_data/``."""
+    root = Path(root).resolve()
+    merged: dict[str, Any] = {}
+    folders = [root / "group_data"]
+    if inventory_dir is not None and Path(inventory_dir).resolve() != root:
+        folders.append(Path(inventory_dir).resolve() / "group_data")
+    for folder in folders:
+        file = folder / f"{group}.py"
+        if file.exists():
+            merged.update(_public(_run(file, root)))
+    return merged
+
+
 def load_inventory(inventory: str | Path, root: str | Path) -> list[InventoryHost]:
     """Hosts of ``inventory`` with their merged data; group_data is read from ``root``."""
     path = Path(inventory)
@@ -76,11 +92,7 @@ def load_inventory(inventory: str | Path, root: str | Path) -> list[InventoryHos
                 entries.append((entry, {}))
         groups[name] = entries
 
-    group_data: dict[str, dict[str, Any]] = {}
-    data_dir = root / "group_data"
-    for group in ["all", *groups, path.stem]:
-        file = data_dir / f"{group}.py"
-        group_data[group] = _public(_run(file, root)) if file.exists() else {}
+    group_data = {group: read_group_data(group, root, path.parent) for group in ["all", *groups, path.stem]}
 
     hosts: dict[str, InventoryHost] = {}
     for group, entries in groups.items():

@@ -153,6 +153,11 @@ class PrivateSshd:
             routes are the caller's business; ``listen`` should be an address
             inside it that this side can reach. Free ports cannot be probed
             from outside the namespace, so an automatic port there is 22.
+        setup: shell commands run as root in a private mount namespace
+            (``unshare --mount --propagation private``) just before sshd is
+            exec'd there, e.g. mounts that only this server's sessions see:
+            a tmpfs standing for a pod's wiped container disk, or a bind
+            mount putting another folder at the volume's path.
 
     Files in ``state_dir``: ``ssh_host_ed25519_key[.pub]`` (host key),
     ``id_ed25519[.pub]`` (client key), ``authorized_keys``, ``sshd_config``,
@@ -167,12 +172,14 @@ class PrivateSshd:
         port: int | None = None,
         user: str | None = None,
         netns: str | None = None,
+        setup: str | None = None,
     ) -> None:
         self.state_dir = Path(state_dir).absolute()
         self.listen = listen
         self.port = port
         self.user = user or pwd.getpwuid(os.getuid()).pw_name
         self.netns = netns
+        self.setup = setup
 
     # -- paths -----------------------------------------------------------
 
@@ -308,6 +315,9 @@ class PrivateSshd:
             Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
         self.pid_file.unlink(missing_ok=True)
         argv = [self._sshd_binary(), "-D", "-f", str(self.config_file), "-E", str(self.log_file)]
+        if self.setup:
+            script = f"set -e\n{self.setup}\nexec \"$@\""
+            argv = [_tool("unshare"), "--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh", *argv]
         if self.netns:
             argv = [_tool("ip"), "netns", "exec", self.netns, *argv]
         # -D keeps sshd in the foreground so that an early exit (port taken,

@@ -1,0 +1,64 @@
+"""Your RunPod pods, listed live from the RunPod API (a dynamic pyinfra inventory).
+
+    export RUNPOD_API_KEY=...                    # RunPod > Settings > API Keys
+    pyinfra -y inventories/runpod.py deploy.py   # converge every selected pod
+    python cli.py verify inventories/runpod.py   # then prove each endpoint works
+
+Each run asks the API where every pod is now: a pod that was stopped, reset or
+migrated is found at its new IP and port. A pod is reached by "full SSH" (its
+public IP and the public port mapped to 22/tcp); expose 22/tcp with a public
+IP when you create it. Selected pods that cannot be deployed to (stopped, no
+public SSH port, back with zero GPUs, a changed host key) are reported in one
+line each and left out, or fail the whole run with PODKIT_POD_STRICT=1.
+
+Environment:
+    RUNPOD_API_KEY               your API key (the runpod package does not read it itself)
+    RUNPOD_API_BASE_URL          another API endpoint (default https://api.runpod.io)
+    PODKIT_POD_PREFIX            only pods whose name starts with this (default: every pod)
+    PODKIT_POD_STRICT=1          fail the run when a selected pod cannot be deployed to
+    PODKIT_ACCEPT_NEW_HOST_KEY   pod ids (comma-separated, or "all") whose changed SSH host key to accept
+    PODKIT_STATE_DIR             where the per-project host keys live (default .podkit/)
+
+For another selection, edit select() below. Every pod's host data carries
+runpod_pod_id, runpod_gpu_name, runpod_gpu_count, runpod_cost_per_hr,
+runpod_public_ip, runpod_tcp_ports, runpod_proxy_url and podkit_volume (the
+pod's volume mount path); settings for every pod go in group_data/runpod.py.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+from podkit import PROJECT_ROOT
+from podkit.hostkeys import PodKeys
+from podkit.inventory import read_group_data
+from podkit.pods import PodsError, by_prefix, hosts_for, list_pods
+
+select = by_prefix(os.environ.get("PODKIT_POD_PREFIX", ""))
+
+
+def _say(line):
+    print(f"inventories/runpod.py: {line}", file=sys.stderr)
+
+
+def _pods():
+    data = {**read_group_data("all", PROJECT_ROOT), **read_group_data("runpod", PROJECT_ROOT, Path(__file__).parent)}
+    try:
+        pods = list_pods(os.environ.get("RUNPOD_API_KEY"))
+    except PodsError as exc:
+        sys.exit(f"inventories/runpod.py: {exc}")
+    hosts, skipped = hosts_for(pods, select, served_port=int(data.get("vllm_port", 8000)))
+    hosts, changed, notes = PodKeys().check(hosts)
+    skipped += changed
+    for line in notes:
+        _say(line)
+    for pod in skipped:
+        _say(pod.line())
+    if skipped and os.environ.get("PODKIT_POD_STRICT") == "1":
+        sys.exit(f"inventories/runpod.py: {len(skipped)} selected pod(s) cannot be deployed to (PODKIT_POD_STRICT=1)")
+    if not hosts:
+        sys.exit("inventories/runpod.py: no pod to deploy to" + ("" if skipped else f" (none of {len(pods)} pods selected)"))
+    return [(host.name, host.data) for host in hosts]
+
+
+runpod = _pods()

