@@ -385,10 +385,12 @@ def _int_list(ctx, param, value):
               help="Tokens every sweep request generates (ignore_eos).")
 @click.option("--usd-per-hour", type=click.FloatRange(min=0), help="Price of the box; default: the RunPod pod's costPerHr.")
 @click.option("--chart", "chart_file", type=click.Path(dir_okay=False), help="One PNG for all hosts (default: one next to each record).")
+@click.option("--output-dir", type=click.Path(file_okay=False), default="runs/bench", show_default=True,
+              help="Where each host's record (and chart) is saved.")
 @click.option("--timeout", default=600.0, show_default=True, help="Seconds per request.")
 @click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
 def bench(inventory, host_names, lengths, ttft_requests, concurrency, rounds, prompt_tokens, output_tokens,
-          usd_per_hour, chart_file, timeout, as_json):
+          usd_per_hour, chart_file, output_dir, timeout, as_json):
     """Measure each host's endpoint: TTFT against prompt length, and a concurrency sweep.
 
     Speaks only the OpenAI-compatible API (plus vLLM's /tokenize to size the
@@ -396,8 +398,8 @@ def bench(inventory, host_names, lengths, ttft_requests, concurrency, rounds, pr
     --ttft-requests measured ones. Per concurrency level: request throughput,
     output tokens/s, TTFT and inter-token latency p50/p95, and the cost per
     million output tokens. Each host's record (model, revision, vLLM version,
-    launch flags, figures) is saved as runs/bench/<UTC time>-<host>.json with
-    a PNG chart beside it. Hosts run in parallel.
+    launch flags, figures) is saved as <output-dir>/<UTC time>-<host>.json
+    with a PNG chart beside it. Hosts run in parallel.
 
     \b
     Exit codes: 0 all measured, 1 a request or host failed, 2 bad input,
@@ -411,7 +413,7 @@ def bench(inventory, host_names, lengths, ttft_requests, concurrency, rounds, pr
     from datetime import datetime, timezone
     from pathlib import Path
 
-    from podkit import PROJECT_ROOT
+    from podkit import project_path
     from podkit.bench import Bench, BenchAborted, Options, failed_record, overall, record_path, table, write_chart
     from podkit.endpoints import cost_per_hour, each_host
     from podkit.serverinfo import describe
@@ -443,7 +445,7 @@ def bench(inventory, host_names, lengths, ttft_requests, concurrency, rounds, pr
 
     measured = [r for r in records if r["ttft"] or r["concurrency"]]
     for record in measured:
-        path = record_path(PROJECT_ROOT, record["host"], started)
+        path = record_path(project_path(output_dir), record["host"], started)
         record["record"] = str(path)
         if not chart_file:
             record["chart"] = str(write_chart([record], path.with_suffix(".png")))

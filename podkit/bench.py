@@ -501,10 +501,10 @@ def overall(records: Iterable[dict[str, Any]]) -> Outcome:
 
 # ---------------------------------------------------------------- output
 
-def record_path(root: Path, host: str, when: datetime) -> Path:
-    """``<root>/runs/bench/<UTC timestamp>-<host>.json``."""
+def record_path(folder: Path, host: str, when: datetime) -> Path:
+    """``<folder>/<UTC timestamp>-<host>.json`` (the CLI's folder: ``runs/bench``)."""
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", host)
-    return root / "runs" / "bench" / f"{when.astimezone(timezone.utc):%Y%m%dT%H%M%SZ}-{safe}.json"
+    return folder / f"{when.astimezone(timezone.utc):%Y%m%dT%H%M%SZ}-{safe}.json"
 
 
 def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:

@@ -171,7 +171,7 @@ def test_aggregate_length_keeps_the_warmup_out():
 
 def test_record_path():
     when = datetime(2026, 3, 4, 5, 6, 7, tzinfo=timezone.utc)
-    assert record_path(Path("/p"), "pod/1 a", when) == Path("/p/runs/bench/20260304T050607Z-pod_1_a.json")
+    assert record_path(Path("/p/runs/bench"), "pod/1 a", when) == Path("/p/runs/bench/20260304T050607Z-pod_1_a.json")
 
 
 def test_overall_outcome():
