@@ -4,9 +4,13 @@
     pyinfra -y inventories/mine.py deploy.py         # your own hosts (an inventory you write)
 
 Reads top to bottom in the order a host converges: read the host (one remote
-command), plan and preflight, vLLM, caches, key, checkpoint, launch script,
-runner, readiness. On a converged host every operation reports "No changes"
-and the run costs one remote command.
+command), plan and preflight, the volume, vLLM, caches, key, checkpoint, launch
+script, runner (or systemd unit), readiness. On a converged host every operation
+reports "No changes" and the run costs one remote command.
+
+Everything runs as the SSH user. A non-root user needs sudo for two things only:
+making the volume root theirs when it is missing or root's, and, with
+``podkit_supervisor = "systemd"``, installing the unit and running systemctl.
 """
 
 import os
@@ -16,9 +20,9 @@ from pyinfra.api.exceptions import DeployError
 
 from operations import checkpoint, facts, preflight, runner, vllm, volume
 from podkit import project_path
-from podkit.config import KEYS, Settings, SettingsError
+from podkit.config import KEYS, UNIT_NAME, UNIT_PATH, Settings, SettingsError
 from podkit.hostplan import plan_host
-from podkit.hoststate import choose_vllm, host_problems
+from podkit.hoststate import Unit, choose_vllm, host_problems
 from podkit.models import from_hub
 from podkit.render import host_files
 from podkit.secrets import ensure_key, file_content, key_digest, read_hf_token
@@ -45,7 +49,15 @@ preflight.checks(
     summary=launch.summary(),
 )
 
-# 2. The folders on the volume, and vLLM (the system's if it matches, else a venv on the volume).
+# 2. The volume (made the SSH user's with sudo if it is missing or root's), its folders, and vLLM
+#    (the system's if it matches, else a venv on the volume).
+volume.root(
+    name=f"Ensure {settings.volume} exists and {pod.user or 'the SSH user'} can write it",
+    path=settings.volume,
+    user=pod.user or "root",
+    group=pod.group or "root",
+    writable=pod.volume_writable,
+)
 volume.directories(
     name=f"Ensure podkit's folders exist on {settings.volume}",
     paths=paths.directories(),
@@ -63,6 +75,8 @@ files = host_files(
     package=package,
     vllm_bin=found.vllm_bin if found else f"{paths.venv}/bin/vllm",
     launch=launch,
+    user=pod.user,
+    group=pod.group,
 )
 
 
@@ -118,21 +132,46 @@ if launch.fetch:
         running=pod.fetch_running,
     )
 
-# 6. The launch script and 7. the runner that keeps it serving.
+# 6. The launch script and 7. what keeps it serving: the runner, or a systemd unit (podkit_supervisor).
 served = f"{launch.fetch.repo}@{launch.fetch.revision[:12]}" if launch.fetch else launch.model
 script = managed(f"Ensure the launch script serves {served} as {settings.served_model_name}", "launch")
-runner_file = managed("Ensure the runner script is current", "runner")
-restart = any(op.will_change for op in (env, secret, script, runner_file)) or not pod.serving_current_files()
+systemd, unit = settings.supervisor == "systemd", pod.unit or Unit(UNIT_NAME)
+if systemd:
+    managed(f"Ensure the volume holds the current {UNIT_NAME}", "unit")
+    supervisor = runner.unit(
+        name=f"Ensure systemd has the current {UNIT_NAME} (daemon-reload when it changed)",
+        source=paths.unit_copy,
+        path=UNIT_PATH,
+        current_sha256=pod.files.get(UNIT_PATH),
+        sha256=files["unit"].sha256,
+        as_root=pod.root,
+    )
+else:
+    supervisor = managed("Ensure the runner script is current", "runner")
+restart = any(op.will_change for op in (env, secret, script, supervisor)) or not pod.serving_current_files()
+# One supervisor at a time: the one not chosen lets go of the server (and its port) first.
+if unit.present and not systemd:
+    runner.unit_service(
+        name=f"Ensure {UNIT_NAME} is stopped and disabled (the runner supervises vLLM)",
+        unit=UNIT_NAME, enabled=unit.is_enabled, up=unit.up, present=False, as_root=pod.root,
+    )
 runner.service(
-    name="Ensure the runner supervises vLLM with the current files",
+    name="Ensure podkit's runner is stopped (systemd supervises vLLM)" if systemd
+    else "Ensure the runner supervises vLLM with the current files",
     runner_script=paths.runner_script,
     running=pod.runner_pid is not None,
     restarted=restart,
+    present=not systemd,
 )
+if systemd:
+    runner.unit_service(
+        name=f"Ensure {UNIT_NAME} is enabled and serves vLLM with the current files",
+        unit=UNIT_NAME, enabled=unit.is_enabled, up=unit.up, restarted=restart, as_root=pod.root,
+    )
 
 # 8. Readiness: /health answers and /v1/models lists the served model, with the key.
 vllm.endpoint(
     name=f"Ensure vLLM on port {settings.port} answers and lists {settings.served_model_name}",
     settings=settings,
-    ready=pod.ready(settings.served_model_name) and pod.runner_pid is not None and not restart,
+    ready=pod.ready(settings.served_model_name) and pod.supervised(settings.supervisor) and not restart,
 )

@@ -45,6 +45,11 @@ podkit_log_max_bytes = 50 * 1024 * 1024
 podkit_log_keep = 3
 # Longest pause (seconds) between restarts of a server that keeps exiting.
 podkit_restart_backoff_max = 60
+# What keeps vLLM running: "runner" (bin/runner.sh, a supervisor podkit starts
+# with setsid; needs neither root nor systemd) or "systemd" (a unit,
+# podkit-vllm.service, that runs the same launch script with Restart=on-failure
+# and starts at boot; needs a host running systemd, and root or passwordless sudo).
+podkit_supervisor = "runner"
 
 # --- What is served, and how ----------------------------------------------------
 # Hub repo id (optionally @revision) or a folder on the host with config.json.

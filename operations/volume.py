@@ -16,6 +16,37 @@ _EOF = "PODKIT_FILE_EOF"
 
 
 @operation()
+def root(path: str, user: str, group: str, writable: bool):
+    """
+    Ensure the volume root exists and the SSH user can write it, with sudo for this one command.
+
+    A bare-metal box's volume (e.g. ``/srv/vllm``) is usually missing or
+    root's while the SSH user (e.g. ``ubuntu``) has sudo: the root is made
+    (or taken over) for that user, and everything under it is then written as
+    the user, never as root. The preflight has checked that ``sudo -n``
+    works; a writable root (or one the user can make) needs nothing.
+
+    + path: the volume root (``podkit_volume``)
+    + user: the SSH user, who will own it
+    + group: the SSH user's group
+    + writable: the probe found the root (or, when missing, its nearest parent) writable by the user
+
+    **Example:**
+
+    .. code:: python
+
+        volume.root(
+            name="Ensure /srv/vllm exists and belongs to ubuntu",
+            path="/srv/vllm", user="ubuntu", group="ubuntu", writable=pod.volume_writable,
+        )
+    """
+    if writable:
+        host.noop(f"{path} is writable by {user}")
+        return
+    yield f"sudo -n install -d -o {shlex.quote(user)} -g {shlex.quote(group)} -m 0755 {shlex.quote(path)}"
+
+
+@operation()
 def directories(paths: dict[str, str], present: dict[str, bool]):
     """
     Ensure folders exist with their modes, in one command.

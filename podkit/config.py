@@ -34,6 +34,7 @@ KEYS: dict[str, str] = {
     "podkit_log_max_bytes": "rotate the server log above this size",
     "podkit_log_keep": "rotated server logs to keep",
     "podkit_restart_backoff_max": "longest pause between restarts of a crashed server",
+    "podkit_supervisor": "what keeps vLLM running: 'runner' (podkit's script) or 'systemd' (a unit)",
     "vllm_model": "checkpoint to serve: hub repo id or a directory on the host",
     "vllm_served_model_name": "name clients use in requests",
     "vllm_host": "address vLLM listens on",
@@ -52,6 +53,10 @@ KEYS: dict[str, str] = {
 _PIP_SPEC = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[0-9][A-Za-z0-9.+!-]*)$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16")
+SUPERVISORS = ("runner", "systemd")
+# The systemd unit podkit installs when podkit_supervisor is "systemd" (one server per host).
+UNIT_NAME = "podkit-vllm.service"
+UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,7 @@ class Paths:
     fetch_log = property(lambda self: self._at("logs", "fetch.log"))
     checkpoint_record = property(lambda self: self._at("run", "checkpoint.json"))
     hf_token = property(lambda self: self._at("secrets", "hf_token"))
+    unit_copy = property(lambda self: self._at("bin", UNIT_NAME))  # installed to UNIT_PATH with sudo
 
     @property
     def hub_cache(self) -> str:
@@ -155,6 +161,7 @@ class Settings:
     log_max_bytes: int
     log_keep: int
     restart_backoff_max: int
+    supervisor: str
     model: str
     served_model_name: str
     host: str
@@ -205,6 +212,7 @@ class Settings:
             log_max_bytes=int(_number(get("podkit_log_max_bytes"), "podkit_log_max_bytes", minimum=1024)),
             log_keep=int(_number(get("podkit_log_keep"), "podkit_log_keep", minimum=1)),
             restart_backoff_max=int(_number(get("podkit_restart_backoff_max"), "podkit_restart_backoff_max", minimum=1)),
+            supervisor=_choice(get("podkit_supervisor"), "podkit_supervisor", SUPERVISORS),
             model=model,
             served_model_name=_text(served, "vllm_served_model_name"),
             host=_text(get("vllm_host"), "vllm_host"),

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from .config import PackageSpec, Settings
+from .config import UNIT_NAME, UNIT_PATH, PackageSpec, Settings
 from .plan import supports_fp8
 
 _HEREDOC = "PODKIT_PODCTL_EOF"
@@ -46,7 +46,10 @@ def podctl_command(action: str, cfg: dict[str, Any]) -> str:
 def server_config(settings: Settings) -> dict[str, Any]:
     """What every podctl action needs to find the server and its runner."""
     paths = settings.paths
-    return {"host": settings.host, "port": settings.port, "key_file": paths.api_key, "run_dir": paths.run}
+    return {
+        "host": settings.host, "port": settings.port, "key_file": paths.api_key, "run_dir": paths.run,
+        "supervisor": settings.supervisor, "unit": UNIT_NAME,
+    }
 
 
 def probe_config(settings: Settings) -> dict[str, Any]:
@@ -60,7 +63,10 @@ def probe_config(settings: Settings) -> dict[str, Any]:
         **server_config(settings),
         "volume": paths.volume,
         "venv": paths.venv,
-        "files": managed_files(settings) + [paths.hf_token],  # the token's sum decides its upload only
+        # the token's sum decides its upload only; the unit's (volume copy and installed) its install
+        "files": managed_files(settings) + [paths.hf_token] + (
+            [paths.unit_copy, UNIT_PATH] if settings.supervisor == "systemd" else []
+        ),
         "dirs": sorted(paths.directories()),
         "model_dir": model if local else None,
     }
@@ -128,6 +134,33 @@ class VllmInstall:
 
 
 @dataclass(frozen=True)
+class Unit:
+    """podkit's systemd unit as ``systemctl show`` reports it."""
+
+    name: str
+    load: str | None = None  # "loaded", "not-found", ...
+    active: str | None = None  # "active", "activating", "failed", "inactive", ...
+    sub: str | None = None
+    enabled: str | None = None  # UnitFileState: "enabled", "disabled", None when there is no file
+    main_pid: int | None = None
+    restarts: int = 0
+    error: str | None = None
+
+    @property
+    def present(self) -> bool:
+        return self.load not in (None, "not-found")
+
+    @property
+    def up(self) -> bool:
+        """Running, or about to be (starting, or waiting to restart after an exit)."""
+        return self.active in ("active", "activating", "reloading")
+
+    @property
+    def is_enabled(self) -> bool:
+        return self.enabled == "enabled"
+
+
+@dataclass(frozen=True)
 class HostState:
     python: str
     venv_module: bool
@@ -152,6 +185,12 @@ class HostState:
     cache_problems: list[dict[str, Any]] = field(default_factory=list)
     fetch_running: bool = False
     hub_repos: dict[str, int] = field(default_factory=dict)
+    uid: int | None = None  # the SSH user's, and its names
+    user: str | None = None
+    group: str | None = None
+    tree_writable: bool | None = None  # <volume>/podkit, when it exists
+    unit: Unit | None = None  # None where systemd does not run
+    sudo: dict[str, Any] = field(default_factory=dict)  # {"needs": [...], "ok": bool | None, "error": str | None}
     unreadable: str | None = None
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
@@ -177,6 +216,21 @@ class HostState:
     def ready(self, served_model_name: str) -> bool:
         ep = self.endpoint or {}
         return ep.get("health") == 200 and served_model_name in (ep.get("models") or [])
+
+    @property
+    def root(self) -> bool:
+        return self.uid == 0
+
+    @property
+    def server_pid(self) -> int | None:
+        """The vLLM server podkit started: the runner's, or the systemd unit's main process."""
+        return self.vllm_pid or (self.unit.main_pid if self.unit else None)
+
+    def supervised(self, supervisor: str) -> bool:
+        """The chosen supervisor is up: the runner's process, or the unit (starting or active)."""
+        if supervisor == "systemd":
+            return self.unit is not None and self.unit.up
+        return self.runner_pid is not None
 
 
 def parse_probe(output: str) -> HostState:
@@ -223,6 +277,12 @@ def parse_probe(output: str) -> HostState:
         cache_problems=data.get("cache_problems") or [],
         fetch_running=bool(data.get("fetch_running")),
         hub_repos=data.get("hub_repos") or {},
+        uid=data.get("uid"),
+        user=data.get("user"),
+        group=data.get("group"),
+        tree_writable=vol.get("tree_writable"),
+        unit=Unit(**data["unit"]) if data.get("unit") else None,
+        sudo=data.get("sudo") or {},
         raw=data,
     )
 
@@ -242,16 +302,57 @@ def host_problems(settings: Settings, state: HostState, *, needs_install: bool) 
             f"nvidia-smi is installed but failed ({state.gpu_error}); fix the NVIDIA driver, "
             "or restart the pod if its GPU was taken"
         )
-    if not state.volume_writable:
-        problems.append(
-            f"{settings.volume} is not writable by the SSH user; set podkit_volume to a writable "
-            "persistent folder or fix its ownership"
-        )
-    if state.port_listening and not state.vllm_pid:
+    problems += _volume_problems(settings, state)
+    problems += _supervisor_problems(settings, state)
+    if state.port_listening and not state.server_pid:
         problems.append(
             f"port {settings.port} is already in use by a process podkit did not start; stop it or set vllm_port"
         )
     return problems
+
+
+def _sudo_fix(state: HostState) -> str:
+    return (
+        f"give {state.user} passwordless sudo (e.g. '{state.user} ALL=(ALL) NOPASSWD:ALL' in "
+        f"/etc/sudoers.d/{state.user}, mode 0440)"
+    )
+
+
+def _volume_problems(settings: Settings, state: HostState) -> list[str]:
+    volume = settings.volume
+    if not state.volume_writable:
+        if state.root:
+            return [f"{volume} is not writable even by root (a read-only filesystem?); set podkit_volume to a "
+                    "writable persistent folder"]
+        if not state.sudo.get("ok"):
+            what = "is not writable by" if state.volume_exists else "does not exist and cannot be created by"
+            return [
+                f"{volume} {what} {state.user}, and sudo -n true failed ({state.sudo.get('error') or 'no answer'}); "
+                f"{_sudo_fix(state)}, or make the folder yourself: "
+                f"sudo install -d -o {state.user} -g {state.group} -m 0755 {shlex.quote(volume)}"
+            ]
+    if state.tree_writable is False:
+        return [f"{settings.paths.root} is not writable by {state.user} (an earlier deploy as another user made it); "
+                f"sudo chown -R {state.user}:{state.group} {shlex.quote(settings.paths.root)}, or deploy as that user"]
+    return []
+
+
+def _supervisor_problems(settings: Settings, state: HostState) -> list[str]:
+    wants_systemd = settings.supervisor == "systemd"
+    if wants_systemd and not state.systemd:
+        return ["podkit_supervisor is 'systemd' but this host does not run systemd (no /run/systemd/system); "
+                "set podkit_supervisor = 'runner'"]
+    if state.root or state.sudo.get("ok"):
+        return []
+    failed = f"sudo -n true failed ({state.sudo.get('error') or 'no answer'})"
+    if wants_systemd:
+        return [f"{state.user} needs sudo to install and drive {UNIT_NAME}, and {failed}; "
+                f"{_sudo_fix(state)}, or set podkit_supervisor = 'runner'"]
+    if state.unit is not None and state.unit.present:
+        return [f"{UNIT_NAME} is left from a deploy with podkit_supervisor = 'systemd' and {state.user} needs sudo "
+                f"to stop and disable it, but {failed}; {_sudo_fix(state)}, or run once: "
+                f"sudo systemctl disable --now {UNIT_NAME}"]
+    return []
 
 
 def choose_vllm(settings: Settings, state: HostState) -> tuple[PackageSpec, VllmInstall | None]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import jinja2
 
-from .config import PackageSpec, Settings
+from .config import UNIT_NAME, PackageSpec, Settings
 from .hostplan import HostPlan
 from .hoststate import managed_files
 
@@ -42,7 +42,16 @@ def _environment(templates: Path) -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["q"] = lambda value: shlex.quote(str(value))
+    env.filters["systemd"] = systemd_quote
     return env
+
+
+def systemd_quote(value: str, program: bool = False) -> str:
+    """One word of a systemd command line (``ExecStart=``): double-quoted, with systemd's own
+    expansions escaped (``%`` specifiers everywhere, ``$`` variables in the arguments only:
+    systemd does not expand them in the program's path), so it reaches the program unchanged."""
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    return f'"{text if program else text.replace("$", "$$")}"'
 
 
 def serve_argv(settings: Settings, vllm_bin: str, launch: HostPlan) -> list[str]:
@@ -86,13 +95,17 @@ def host_files(
     vllm_bin: str,
     launch: HostPlan,
     templates: Path = TEMPLATES,
+    user: str | None = None,
+    group: str | None = None,
 ) -> dict[str, RenderedFile]:
-    """The env file, launch script and runner script for one host, keyed by role."""
+    """The env file, launch script and runner script for one host, keyed by role; with
+    ``podkit_supervisor = "systemd"`` the systemd unit (run as ``user``:``group``, the SSH
+    user's) instead of the runner script."""
     env = _environment(templates)
     paths = settings.paths
     # the server reads only what is on the volume: a restart never touches the network
     server_env = {**paths.cache_env(), "HF_HUB_OFFLINE": "1", **settings.extra_env}
-    return {
+    files = {
         "env": RenderedFile(
             paths.env_file, env.get_template("env.sh.j2").render(env=server_env), "644"
         ),
@@ -122,3 +135,23 @@ def host_files(
             "755",
         ),
     }
+    if settings.supervisor == "systemd":
+        del files["runner"]
+        # what the running server was started from, recorded at each start as the runner does
+        summed = " ".join(shlex.quote(path) for path in managed_files(settings) if path != paths.runner_script)
+        files["unit"] = RenderedFile(
+            paths.unit_copy,
+            env.get_template("podkit-vllm.service.j2").render(
+                unit=UNIT_NAME,
+                served_model_name=settings.served_model_name,
+                port=settings.port,
+                user=user or "root",
+                group=group or "root",
+                launch_script=paths.launch_script,
+                log_file=paths.log_file,
+                record_sums=f"sha256sum {summed} > {shlex.quote(paths.run + '/serving.sha256')}",
+                stop_timeout=60,
+            ),
+            "644",
+        )
+    return files

@@ -7,10 +7,10 @@ cd "$(dirname "$0")/.."
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-if ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; then
-    echo "setup: installing openssh-server (the sandbox pod's sshd)" >&2
+if { ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; } || [ ! -x /usr/bin/sudo ]; then
+    echo "setup: installing openssh-server (the sandbox pod's sshd) and sudo (the bare-metal test's non-root user)" >&2
     as_root apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq openssh-server iproute2 >/dev/null
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq openssh-server iproute2 sudo >/dev/null
 fi
 
 if [ ! -x .venv/bin/python ]; then

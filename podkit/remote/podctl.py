@@ -15,10 +15,12 @@ and only says whether the answer was right.
 """
 
 import glob
+import grp
 import importlib.util
 import hashlib
 import json
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -87,14 +89,97 @@ def volume(path):
     while not os.path.exists(checked) and checked not in ("/", ""):
         checked = os.path.dirname(checked)
     stat = os.statvfs(checked)
+    tree = os.path.join(path, "podkit")
     return {
         "path": path,
         "exists": os.path.isdir(path),
         "checked_path": checked,
         "writable": os.access(checked, os.W_OK),
+        # podkit's own folder, if an earlier deploy made it (e.g. as another user)
+        "tree_writable": os.access(tree, os.W_OK) if os.path.isdir(tree) else None,
         "free_bytes": stat.f_bavail * stat.f_frsize,
         "total_bytes": stat.f_blocks * stat.f_frsize,
     }
+
+
+def account():
+    """Who the probe runs as: the SSH user, and the group that owns what it makes."""
+    uid, gid = os.getuid(), os.getgid()
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = str(uid)
+    try:
+        group = grp.getgrgid(gid).gr_name
+    except KeyError:
+        group = str(gid)
+    return {"uid": uid, "user": user, "gid": gid, "group": group}
+
+
+UNIT_PROPERTIES = "LoadState,ActiveState,SubState,UnitFileState,MainPID,NRestarts"
+SYSTEMD_RUNNING = "/run/systemd/system"  # exists only where systemd is PID 1
+
+
+def unit_state(name):
+    """The systemd unit's state from one ``systemctl show`` (None where systemd does not run)."""
+    if not name or not os.path.isdir(SYSTEMD_RUNNING):
+        return None
+    try:
+        out = subprocess.run(
+            ["systemctl", "show", name, "--property=" + UNIT_PROPERTIES],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=15,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"name": name, "error": str(exc)}
+    fields = dict(line.split("=", 1) for line in out.stdout.decode(errors="replace").splitlines() if "=" in line)
+    pid = fields.get("MainPID", "0")
+    restarts = fields.get("NRestarts", "0")
+    return {
+        "name": name,
+        "load": fields.get("LoadState"),
+        "active": fields.get("ActiveState"),
+        "sub": fields.get("SubState"),
+        "enabled": fields.get("UnitFileState") or None,
+        "main_pid": int(pid) if pid.isdigit() and pid != "0" else None,
+        "restarts": int(restarts) if restarts.isdigit() else 0,
+    }
+
+
+def unit_up(unit):
+    return bool(unit) and unit.get("active") in ("active", "activating", "reloading")
+
+
+def supervisor_state(cfg):
+    """The runner's state, or with ``supervisor: systemd`` the unit's in the runner's terms:
+    systemd (PID 1) is the supervisor while the unit is up, MainPID is the server, and
+    NRestarts (reset by an explicit restart) counts its exits."""
+    runner = runner_state(cfg["run_dir"])
+    if cfg.get("supervisor") != "systemd":
+        return runner
+    unit = unit_state(cfg.get("unit")) or {}
+    runner.update(pid=1 if unit_up(unit) else None, vllm_pid=unit.get("main_pid"), crashes=unit.get("restarts", 0))
+    return runner
+
+
+def sudo_state(cfg, who, vol, unit):
+    """Whether ``sudo -n true`` works, asked only of a non-root user who will need it: to make the
+    volume root, or to install and drive the systemd unit (or disable a unit left from before)."""
+    needs = []
+    if who["uid"] != 0:
+        if not vol["writable"]:
+            needs.append("volume")
+        if cfg.get("supervisor") == "systemd" or (unit and unit.get("load") not in (None, "not-found")):
+            needs.append("systemd")
+    if not needs:
+        return {"needs": needs, "ok": None, "error": None}
+    try:
+        out = subprocess.run(
+            ["sudo", "-n", "true"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=15,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"needs": needs, "ok": False, "error": "sudo is not installed" if isinstance(exc, OSError) else str(exc)}
+    text = out.stdout.decode(errors="replace").strip()
+    return {"needs": needs, "ok": out.returncode == 0, "error": None if out.returncode == 0 else text[-200:] or "exit %d" % out.returncode}
 
 
 def metadata_fields(path):
@@ -394,21 +479,26 @@ def fetch_status(cfg):
 
 def probe(cfg):
     runner = runner_state(cfg["run_dir"])
+    who = account()
+    vol = volume(cfg["volume"])
+    unit = unit_state(cfg.get("unit"))
     state = {
         "podctl": 1,
         "python": sys.executable,
         "python_version": "%d.%d.%d" % sys.version_info[:3],
-        "uid": os.getuid(),
+        **who,
         "venv_module": all(importlib.util.find_spec(m) for m in ("venv", "ensurepip")),
         "gpus": gpus(),
-        "volume": volume(cfg["volume"]),
-        "systemd": os.path.isdir("/run/systemd/system"),
+        "volume": vol,
+        "systemd": os.path.isdir(SYSTEMD_RUNNING),
+        "unit": unit,
+        "sudo": sudo_state(cfg, who, vol, unit),
         "vllm": {"venv": venv_dists(cfg["venv"]), "system": system_dists()},
         "files": {path: sha256_of(path) for path in cfg["files"]},
         "dirs": {path: os.path.isdir(path) for path in cfg["dirs"]},
         "runner": runner,
         "port_listening": port_listening(cfg),
-        "endpoint": endpoint(cfg) if runner["vllm_pid"] else None,
+        "endpoint": endpoint(cfg) if runner["vllm_pid"] or (unit or {}).get("main_pid") else None,
         "model_dir": model_dir(cfg.get("model_dir")),
         "checkpoint": recorded_checkpoint(cfg),
         "cache_problems": cache_problems(cfg.get("hub_cache")),
@@ -425,7 +515,7 @@ def wait(cfg):
     while True:
         state = endpoint(cfg)
         ready = state["health"] == 200 and cfg["served_model_name"] in (state["models"] or [])
-        runner = runner_state(cfg["run_dir"])
+        runner = supervisor_state(cfg)
         trouble = not runner["pid"] or runner["crashes"] >= cfg.get("crash_limit", 2)
         if ready or trouble or time.time() >= deadline:
             break

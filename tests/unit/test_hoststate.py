@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -177,3 +178,204 @@ def test_unreadable_host_fails_only_its_own_preflight():
     state = HostState.blank("python3 not found on PATH: podkit needs python3 on the host")
     settings = Settings.from_mapping(sample_data())
     assert host_problems(settings, state, needs_install=True) == [state.unreadable]
+
+
+# --- a non-root SSH user, sudo, and the systemd unit --------------------------------------------
+
+NOBODY = 65534
+
+
+def probe_as_nobody(settings: Settings, tmp: Path, sudo_script: str | None) -> HostState:
+    """The real probe run as an unprivileged user, with a stand-in ``sudo`` (None: no sudo at all)."""
+    setpriv = shutil.which("setpriv")
+    if os.getuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv (util-linux) to run the probe as another user")
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "python3").symlink_to("/usr/bin/python3")
+    if sudo_script is not None:
+        (bin_dir / "sudo").write_text(f"#!/bin/sh\n{sudo_script}\n")
+        (bin_dir / "sudo").chmod(0o755)
+    out = subprocess.run(
+        [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+         "/bin/sh", "-c", podctl_command("probe", probe_config(settings))],
+        capture_output=True, text=True, check=True, env={"PATH": str(bin_dir), "HOME": "/"},
+    )
+    return parse_probe(out.stdout)
+
+
+@pytest.fixture
+def shared_tmp():
+    """A folder an unprivileged user can enter (pytest's tmp_path is root's, mode 0700)."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="podkit-hoststate-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder)
+
+
+def test_probe_says_who_it_runs_as(tmp_path):
+    import grp
+    import pwd
+
+    state = probe(settings_for(tmp_path))
+    assert (state.uid, state.user, state.group) == (
+        os.getuid(), pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
+    )
+    assert state.sudo["needs"] == [], "root (or a writable volume) never asks sudo"
+
+
+@pytest.mark.parametrize("exists", [False, True])
+def test_volume_the_user_cannot_write_and_no_sudo_names_both_fixes(shared_tmp, exists):
+    volume = shared_tmp / "srv" / "vllm"  # srv is root's, 0755
+    volume.mkdir(parents=True) if exists else volume.parent.mkdir()
+    settings = settings_for(volume)
+    state = probe_as_nobody(settings, shared_tmp, "echo 'sudo: a password is required' >&2; exit 1")
+    assert state.uid == NOBODY and not state.root and not state.volume_writable
+    assert state.sudo == {"needs": ["volume"], "ok": False, "error": "sudo: a password is required"}
+    problems = host_problems(settings, state, needs_install=False)
+    what = "is not writable by" if exists else "does not exist and cannot be created by"
+    assert problems == [
+        f"{volume} {what} {state.user}, and sudo -n true failed (sudo: a password is required); "
+        f"give {state.user} passwordless sudo (e.g. '{state.user} ALL=(ALL) NOPASSWD:ALL' in "
+        f"/etc/sudoers.d/{state.user}, mode 0440), or make the folder yourself: "
+        f"sudo install -d -o {state.user} -g {state.group} -m 0755 {volume}"
+    ]
+
+
+def test_volume_the_user_cannot_write_with_sudo_is_no_problem(shared_tmp):
+    (shared_tmp / "srv").mkdir()
+    settings = settings_for(shared_tmp / "srv" / "vllm")
+    state = probe_as_nobody(settings, shared_tmp, '[ "$*" = "-n true" ] || exit 2')
+    assert state.sudo == {"needs": ["volume"], "ok": True, "error": None}
+    assert host_problems(settings, state, needs_install=False) == []
+
+
+def test_no_sudo_installed_says_so(shared_tmp):
+    (shared_tmp / "srv").mkdir()
+    settings = settings_for(shared_tmp / "srv" / "vllm")
+    state = probe_as_nobody(settings, shared_tmp, None)
+    assert state.sudo == {"needs": ["volume"], "ok": False, "error": "sudo is not installed"}
+    assert "sudo -n true failed (sudo is not installed)" in host_problems(settings, state, needs_install=False)[0]
+
+
+# `systemctl show podkit-vllm.service --property=...` as systemd 252 prints it, per unit state
+SYSTEMCTL_SHOW = {
+    "no_unit": "LoadState=not-found\nActiveState=inactive\nSubState=dead\nUnitFileState=\nMainPID=0\nNRestarts=0",
+    "serving": "LoadState=loaded\nActiveState=active\nSubState=running\nUnitFileState=enabled\nMainPID=4242\nNRestarts=0",
+    "between_restarts": "LoadState=loaded\nActiveState=activating\nSubState=auto-restart\nUnitFileState=enabled\nMainPID=0\nNRestarts=1",
+    "gave_up": "LoadState=loaded\nActiveState=failed\nSubState=failed\nUnitFileState=enabled\nMainPID=0\nNRestarts=3",
+    "stopped_disabled": "LoadState=loaded\nActiveState=inactive\nSubState=dead\nUnitFileState=disabled\nMainPID=0\nNRestarts=0",
+}
+
+
+@pytest.fixture
+def systemd_host(tmp_path, monkeypatch):
+    """podctl run in this process as on a host where systemd runs, with ``systemctl show`` answering ``state``."""
+    from podkit.remote import podctl
+
+    running = tmp_path / "run-systemd-system"
+    running.mkdir()
+    monkeypatch.setattr(podctl, "SYSTEMD_RUNNING", str(running))
+
+    def host(state):
+        fake_bin(tmp_path, "systemctl", f"cat <<'EOF'\n{SYSTEMCTL_SHOW[state]}\nEOF")
+        monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+        return podctl
+
+    return host
+
+
+@pytest.mark.parametrize(
+    "state, present, up, enabled, main_pid, wait_runner",
+    [
+        ("no_unit", False, False, False, None, {"pid": None, "vllm_pid": None, "crashes": 0}),
+        ("serving", True, True, True, 4242, {"pid": 1, "vllm_pid": 4242, "crashes": 0}),
+        # systemd restarts it in RestartSec: still supervised, one exit counted, as the runner counts them
+        ("between_restarts", True, True, True, None, {"pid": 1, "vllm_pid": None, "crashes": 1}),
+        ("gave_up", True, False, True, None, {"pid": None, "vllm_pid": None, "crashes": 3}),
+        ("stopped_disabled", True, False, False, None, {"pid": None, "vllm_pid": None, "crashes": 0}),
+    ],
+)
+def test_systemd_unit_state_and_what_readiness_sees(systemd_host, tmp_path, state, present, up, enabled, main_pid, wait_runner):
+    from podkit.hoststate import Unit
+    from podkit.readiness import CRASH_LIMIT, WaitResult
+
+    podctl = systemd_host(state)
+    unit = Unit(**podctl.unit_state("podkit-vllm.service"))
+    assert (unit.present, unit.up, unit.is_enabled, unit.main_pid) == (present, up, enabled, main_pid)
+    cfg = {"run_dir": str(tmp_path / "run"), "supervisor": "systemd", "unit": "podkit-vllm.service"}
+    runner = podctl.supervisor_state(cfg)
+    assert {k: runner[k] for k in wait_runner} == wait_runner
+    waited = WaitResult.parse(json.dumps({"ready": False, "runner": runner}))
+    assert waited.hopeless == (not up or runner["crashes"] >= CRASH_LIMIT)
+    # the runner's own state is untouched when the runner supervises
+    assert podctl.supervisor_state({**cfg, "supervisor": "runner"})["pid"] is None
+
+
+def test_probe_on_a_systemd_host_reads_the_unit_in_the_same_command(systemd_host, tmp_path):
+    podctl = systemd_host("serving")
+    settings = settings_for(tmp_path, podkit_supervisor="systemd")
+    state = parse_probe(json.dumps(podctl.probe(probe_config(settings))))
+    assert state.systemd and state.unit.up and state.server_pid == 4242
+    assert state.supervised("systemd") and not state.supervised("runner")
+    assert state.endpoint is not None, "a unit with a main process is asked for /health like the runner's server"
+    assert settings.paths.unit_copy in state.files and "/etc/systemd/system/podkit-vllm.service" in state.files
+    assert host_problems(settings, state, needs_install=False) == []
+
+
+def test_systemd_problems(tmp_path):
+    import dataclasses
+
+    from podkit.hoststate import Unit
+
+    here = probe(settings_for(tmp_path))  # this machine: no systemd running
+    wants = settings_for(tmp_path, podkit_supervisor="systemd")
+    assert host_problems(wants, here, needs_install=False) == [
+        "podkit_supervisor is 'systemd' but this host does not run systemd (no /run/systemd/system); "
+        "set podkit_supervisor = 'runner'"
+    ]
+    ubuntu = dataclasses.replace(
+        here, systemd=True, uid=1000, user="ubuntu", group="ubuntu", unit=Unit("podkit-vllm.service", load="not-found"),
+        sudo={"needs": ["systemd"], "ok": False, "error": "sudo: a password is required"},
+    )
+    assert host_problems(wants, ubuntu, needs_install=False) == [
+        "ubuntu needs sudo to install and drive podkit-vllm.service, and sudo -n true failed (sudo: a password is "
+        "required); give ubuntu passwordless sudo (e.g. 'ubuntu ALL=(ALL) NOPASSWD:ALL' in /etc/sudoers.d/ubuntu, "
+        "mode 0440), or set podkit_supervisor = 'runner'"
+    ]
+    runner = settings_for(tmp_path)
+    assert host_problems(runner, ubuntu, needs_install=False) == [], "no unit left: the runner needs no sudo"
+    leftover = dataclasses.replace(ubuntu, unit=Unit("podkit-vllm.service", load="loaded", active="active", enabled="enabled"))
+    assert host_problems(runner, leftover, needs_install=False)[0].endswith(
+        "or run once: sudo systemctl disable --now podkit-vllm.service"
+    )
+    assert host_problems(wants, dataclasses.replace(ubuntu, sudo={"needs": ["systemd"], "ok": True}), needs_install=False) == []
+
+
+def test_a_port_held_by_the_units_server_is_not_a_stranger(tmp_path):
+    import dataclasses
+
+    from podkit.hoststate import Unit
+
+    state = dataclasses.replace(
+        probe(settings_for(tmp_path)), port_listening=True,
+        unit=Unit("podkit-vllm.service", load="loaded", active="active", main_pid=4242),
+    )
+    assert host_problems(settings_for(tmp_path, podkit_supervisor="runner"), state, needs_install=False) == []
+    stranger = dataclasses.replace(state, unit=None)
+    assert "already in use by a process podkit did not start" in host_problems(settings_for(tmp_path), stranger, needs_install=False)[0]
+
+
+def test_a_podkit_folder_left_by_another_user_is_named_with_its_fix(shared_tmp):
+    volume = shared_tmp / "vllm"
+    (volume / "podkit").mkdir(parents=True)  # made by root, as an earlier deploy as root would
+    os.chown(volume, NOBODY, NOBODY)
+    settings = settings_for(volume)
+    state = probe_as_nobody(settings, shared_tmp, "exit 1")
+    assert state.volume_writable and state.tree_writable is False and state.sudo["needs"] == []
+    assert host_problems(settings, state, needs_install=False) == [
+        f"{volume}/podkit is not writable by {state.user} (an earlier deploy as another user made it); "
+        f"sudo chown -R {state.user}:{state.group} {volume}/podkit, or deploy as that user"
+    ]

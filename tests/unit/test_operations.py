@@ -22,12 +22,15 @@ from .test_config import sample_data
 
 CASES = Path(__file__).resolve().parent.parent / "cases" / "operations"
 OPERATIONS = {
+    "volume.root": volume.root,
     "volume.directories": volume.directories,
     "volume.file": volume.file,
     "volume.secret": volume.secret,
     "vllm.venv": vllm.venv,
     "vllm.endpoint": vllm.endpoint,
     "runner.service": runner.service,
+    "runner.unit": runner.unit,
+    "runner.unit_service": runner.unit_service,
     "preflight.checks": preflight.checks,
     "checkpoint.cache_clean": checkpoint.cache_clean,
     "checkpoint.fetched": checkpoint.fetched,

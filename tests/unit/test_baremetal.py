@@ -1,0 +1,137 @@
+"""Bare-metal boxes: the example inventory and its group data load as pyinfra loads them, the
+tensor-parallel size follows the GPU count and the model's heads, and the systemd unit renders
+into something systemd parses (checked with systemd-analyze; no systemd runs on this machine)."""
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from podkit.config import KEYS, UNIT_PATH, PackageSpec, Settings
+from podkit.hostplan import HostPlan
+from podkit.inventory import load_inventory
+from podkit.render import host_files, serve_argv
+
+from .test_config import ROOT, sample_data
+from .test_hostplan import host, hub, plan  # noqa: F401 (hub is a fixture)
+
+INVENTORY = ROOT / "inventories" / "baremetal.py"
+
+
+def test_inventory_loads_the_same_in_podkit_and_in_pyinfra():
+    ours = {h.name: h for h in load_inventory(INVENTORY, ROOT)}
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "pyinfra"), str(INVENTORY), "debug-inventory", "--json"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )
+    theirs = {h["name"]: h for h in json.loads(out.stdout)}
+    assert set(ours) == set(theirs) == {"gpu-box-1", "gpu-box-2"}
+    for name, entry in theirs.items():
+        assert entry["groups"] == ["gpu_boxes", "baremetal"]
+        assert ours[name].data == entry["data"]
+        Settings.from_mapping(entry["data"])  # every host's data validates
+    assert theirs["gpu-box-1"]["data"]["podkit_volume"] == "/srv/vllm"  # from group_data/baremetal.py
+    assert theirs["gpu-box-2"]["data"]["podkit_volume"] == "/data/vllm"  # the host's own wins
+    for entry in theirs.values():
+        data = entry["data"]
+        assert data["ssh_user"] != "root" and data["ssh_hostname"].startswith("192.0.2.")  # RFC 5737 examples
+        assert data["vllm_tensor_parallel_size"] is None and data["podkit_supervisor"] == "runner"
+
+
+def test_group_data_sets_only_known_keys_each_with_a_comment():
+    source = (ROOT / "group_data" / "baremetal.py").read_text()
+    lines = source.splitlines()
+    assigned = {n.targets[0].id: n.lineno for n in ast.parse(source).body if isinstance(n, ast.Assign)}
+    assert set(assigned) <= set(KEYS) and {"podkit_volume", "vllm_tensor_parallel_size", "podkit_supervisor"} <= set(assigned)
+    for name, lineno in assigned.items():
+        assert lines[lineno - 2].lstrip().startswith("#"), f"{name} needs a comment above it"
+
+
+@pytest.mark.parametrize(
+    "gpus, tp_datum, tp",
+    [(1, None, 1), (2, None, 2), (4, None, 4), (8, None, 8), (4, 2, 2), (3, 2, 2)],
+)
+def test_tensor_parallel_size_comes_from_the_gpu_count_and_the_plan(hub, gpus, tp_datum, tp):
+    # acme/Coder-7B has 8 attention heads: 1, 2, 4 and 8 GPUs divide them
+    result = plan(hub, "acme/Coder-7B", host(gpus=gpus), vllm_tensor_parallel_size=tp_datum)
+    assert result.problems == []
+    assert result.tensor_parallel_size == result.plan["tensor_parallel_size"] == tp
+    settings = Settings.from_mapping({**sample_data(), "vllm_tensor_parallel_size": tp_datum})
+    argv = serve_argv(settings, "vllm", result)
+    assert argv[argv.index("--tensor-parallel-size") + 1] == str(tp)
+
+
+@pytest.mark.parametrize("gpus, tp_datum, valid", [(3, None, [1, 2]), (6, None, [1, 2, 4]), (4, 3, [1, 2, 4])])
+def test_a_tp_size_that_does_not_divide_the_heads_stops_the_host_with_the_valid_sizes(hub, gpus, tp_datum, valid):
+    result = plan(hub, "acme/Coder-7B", host(gpus=gpus), vllm_tensor_parallel_size=tp_datum)
+    assert len(result.problems) == 1
+    assert f"does not divide the 8 attention heads; valid sizes here: {valid}" in result.problems[0]
+
+
+def test_a_tp_size_above_the_gpu_count_stops_the_host(hub):
+    result = plan(hub, "acme/Coder-7B", host(gpus=2), vllm_tensor_parallel_size=4)
+    assert result.problems == ["tensor_parallel_size 4 exceeds the 2 GPU(s); use at most 2"]
+
+
+def unit_for(volume: str, **data):
+    settings = Settings.from_mapping(
+        {**sample_data(), "podkit_volume": volume, "podkit_supervisor": "systemd", "vllm_port": 8001, **data}
+    )
+    files = host_files(
+        settings, package=PackageSpec("vllm", "0.33.0"), vllm_bin="/v/bin/vllm",
+        launch=HostPlan(settings.model, 4096, 2, None, None), user="ubuntu", group="gpu",
+    )
+    return settings, files
+
+
+def test_systemd_replaces_the_runner_script_with_a_unit_on_the_volume():
+    settings, files = unit_for("/srv/vllm")
+    assert set(files) == {"env", "launch", "unit"}
+    unit = files["unit"]
+    assert unit.path == "/srv/vllm/podkit/bin/podkit-vllm.service" and unit.mode == "644"
+    lines = unit.content.splitlines()
+    for expected in [
+        "User=ubuntu", "Group=gpu", 'ExecStart="/srv/vllm/podkit/bin/launch.sh"', "Restart=on-failure",
+        "StandardOutput=append:/srv/vllm/podkit/logs/vllm.log", "StandardError=append:/srv/vllm/podkit/logs/vllm.log",
+        "WantedBy=multi-user.target",
+        'ExecStartPre=-/bin/sh -c "sha256sum /srv/vllm/podkit/bin/launch.sh /srv/vllm/podkit/bin/env.sh '
+        '/srv/vllm/podkit/secrets/api_key > /srv/vllm/podkit/run/serving.sha256"',
+    ]:
+        assert expected in lines
+    runner_mode = Settings.from_mapping({**sample_data(), "podkit_volume": "/srv/vllm", "vllm_port": 8001})
+    runner_files = host_files(
+        runner_mode, package=PackageSpec("vllm", "0.33.0"), vllm_bin="/v/bin/vllm",
+        launch=HostPlan(runner_mode.model, 4096, 2, None, None),
+    )
+    assert set(runner_files) == {"env", "launch", "runner"}
+    # the launch script is the same whichever supervisor runs it
+    assert runner_files["launch"].content == files["launch"].content
+    assert UNIT_PATH == "/etc/systemd/system/podkit-vllm.service"
+
+
+def test_systemd_parses_the_unit_and_finds_the_launch_script(tmp_path):
+    """systemd-analyze verify reads the unit as systemd would: quoting, % and $ in paths included."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    volume = tmp_path / "my vllm 100% $HOME"
+    settings, files = unit_for(str(volume))
+    user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
+    group = subprocess.run(["id", "-gn"], capture_output=True, text=True).stdout.strip()
+    unit = files["unit"].content.replace("User=ubuntu", f"User={user}").replace("Group=gpu", f"Group={group}")
+    launch = Path(settings.paths.launch_script)
+    launch.parent.mkdir(parents=True)
+    unit_file = tmp_path / "podkit-vllm.service"
+    unit_file.write_text(unit)
+    missing = subprocess.run([analyze, "verify", str(unit_file)], capture_output=True, text=True)
+    # before the launch script exists systemd names the exact path it would run
+    assert f"Command {launch} is not executable" in missing.stderr, missing.stderr
+    launch.write_text("#!/bin/sh\nexec sleep 1\n")
+    os.chmod(launch, 0o755)
+    ok = subprocess.run([analyze, "verify", str(unit_file)], capture_output=True, text=True)
+    assert (ok.returncode, ok.stdout, ok.stderr) == (0, "", "")
