@@ -9,35 +9,60 @@ checkpoint with the standard library only, in well under a second:
 ``config.json``
     ``Qwen2ForCausalLM``: hidden 128, 2 layers, 4 attention heads, 2 KV heads
     (head_dim 32), intermediate 256, vocabulary 320 (a multiple of 64 that
-    the tokenizer fills exactly), tied embeddings, bf16.
+    the tokenizer fills exactly), untied embeddings, bf16.
 ``model.safetensors``
     Every Qwen2 weight, written by hand in the safetensors format.  Values are
     gaussian (std 0.02) from ``random.Random(seed)``, truncated float32 ->
-    bf16; RMSNorm weights are 1.0.  About 0.34 M parameters (~0.7 MB).
+    bf16; RMSNorm weights are 1.0; a few are set by hand (below).  About
+    0.38 M parameters (~0.76 MB).
 ``tokenizer.json``
     A byte-level BPE tokenizer in the HF ``tokenizers`` format: the 256 GPT-2
     byte tokens, a handful of merges, ``<|endoftext|>``, ``<|im_start|>``,
-    ``<|im_end|>`` (special) and ``<tool_call>``, ``</tool_call>`` (added,
-    not special, so they survive ``skip_special_tokens`` as the hermes tool
-    parser needs).
+    ``<|im_end|>`` (special) and ``<tool_call>``, ``</tool_call>`` and
+    :data:`TOOL_CALL_JSON` (added, not special, so they survive
+    ``skip_special_tokens`` as the hermes tool parser needs).
 ``tokenizer_config.json``, ``special_tokens_map.json``, ``generation_config.json``
     ``PreTrainedTokenizerFast`` with a Qwen2.5/Hermes-style chat template
     (tools in the system prompt, ``<tool_call>`` JSON for assistant calls,
     ``role: tool`` messages as ``<tool_response>``), and Qwen-like chat
     sampling defaults, so that server-side overrides are observable.
 
-The weights are random, so the model emits gibberish; what the end-to-end
-checks rely on is that structured decoding (named tool calls, ``"strict":
-true`` schemas with enum/pattern fields) still yields complete, schema-valid
-output.  One thing would defeat that: JSON grammars allow unbounded
-whitespace, and a random model with tied embeddings tends to repeat its
-current token, so once it emits a whitespace token inside constrained JSON it
-pads until ``max_tokens``.  The embedding therefore carries one deliberate,
-non-random feature: dimension 0 is a large constant for every token (it
-dominates the normalised hidden state, so it acts as a per-token logit bias
-through the tied output layer), and that constant is halved for the pure
+The weights are random, so without tools the model emits gibberish; what
+the end-to-end checks rely on is that structured decoding (named tool calls,
+``"strict": true`` schemas with enum/pattern fields) still yields complete,
+schema-valid output.  One thing would defeat that: JSON grammars allow
+unbounded whitespace, and once a random model emits a whitespace token inside
+constrained JSON it may pad until ``max_tokens``.  Dimension 0 is therefore
+a large constant in every token's embedding (it dominates the normalised
+hidden state) and a per-token logit bias in ``lm_head``, halved for the pure
 whitespace tokens (space, tab, LF, CR).  Whitespace is then never preferred
 when anything else is allowed.
+
+Offered tools, the model calls one, the same way every time, so that a tool
+parser is exercised for real: right after the generation prompt
+(``<|im_start|>assistant\n``) it emits ``<tool_call>``, then the single
+token :data:`TOOL_CALL_JSON` (``get_weather`` for Paris in celsius), then
+``</tool_call>`` and ``<|im_end|>``.  The hermes parser turns that into a
+``tool_calls`` entry; a wrong parser leaves it as text in ``content`` (or
+drops it), which ``cli.py verify`` must catch.  Hand-set weights do it, with
+residual dimensions 1-5 reserved (nothing random reads them into the logits
+or writes into them):
+
+- four mark a token's identity in its embedding: ``\n``, ``<tool_call>``,
+  the call token, ``</tool_call>``;
+- one attention head of layer 0 (query head 3: a constant query, and a key
+  and a value that only ``<tool_call>`` has, on the slowest rotary pair so
+  position does not matter) notices the ``<tool_call>`` tokens that the
+  tools section of the system prompt contains, and writes "tools offered"
+  into dimension 5;
+- ``lm_head`` walks the chain: ``<tool_call>`` scores high only when the
+  current token is ``\n`` *and* tools are offered; each later step scores
+  high when the previous token's identity is present; off the chain these
+  three tokens score far below every other token, so plain chat never
+  writes them.
+
+Without tools nothing changes: the same gibberish (until ``max_tokens`` or
+a chance ``<|im_end|>``).
 
 The output is a pure function of ``seed``: the same bytes every time, and
 :func:`write_tiny_model` leaves files that already hold those bytes untouched.
@@ -64,6 +89,7 @@ __all__ = [
     "SPECIAL_TOKENS",
     "TOOL_CALL_START",
     "TOOL_CALL_END",
+    "TOOL_CALL_JSON",
     "CHAT_TEMPLATE",
     "tiny_model_files",
     "write_tiny_model",
@@ -83,9 +109,18 @@ MAX_POSITION_EMBEDDINGS = 32768
 ROPE_THETA = 1000000.0
 RMS_NORM_EPS = 1e-6
 INIT_STD = 0.02
-#: Embedding dimension 0: a constant that acts as a logit bias (see module doc).
+#: Dimension 0: the embedding's anchor, and in lm_head each token's logit bias (see module doc).
+_ANCHOR = 1.0
 _BIAS_VALUE = 1.0
 _WHITESPACE_BIAS_VALUE = 0.5
+#: The tool-call wiring (see module doc): reserved residual dimensions ...
+_NEWLINE_DIM, _START_DIM, _CALL_DIM, _END_DIM, _TOOLS_DIM = 1, 2, 3, 4, 5
+#: ... an identity feature's value in the embedding (the other dimensions are ~0.02) ...
+_FEATURE = 0.15
+#: ... the detector head's constant query, key weight and output weight ...
+_DETECT_QUERY, _DETECT_KEY, _DETECT_OUT = 12.0, 6.0, 0.1
+#: ... and how far below every other token the chain's tokens score when off.
+_SUPPRESS = 6.0
 _JSON_WHITESPACE = frozenset(b" \t\n\r")
 
 # --------------------------------------------------------------------------
@@ -97,6 +132,8 @@ IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 TOOL_CALL_START = "<tool_call>"
 TOOL_CALL_END = "</tool_call>"
+#: The whole call the model makes when offered tools, as one (added) token.
+TOOL_CALL_JSON = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'
 
 #: Added tokens, in id order, with their ``special`` flag.
 _ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
@@ -105,18 +142,19 @@ _ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
     (IM_END, True),
     (TOOL_CALL_START, False),
     (TOOL_CALL_END, False),
+    (TOOL_CALL_JSON, False),
 )
 SPECIAL_TOKENS = tuple(tok for tok, special in _ADDED_TOKENS if special)
 
 VOCAB_SIZE = 320  # multiple of 64; the tokenizer fills it exactly
-_NUM_MERGES = VOCAB_SIZE - 256 - len(_ADDED_TOKENS)  # 59
+_NUM_MERGES = VOCAB_SIZE - 256 - len(_ADDED_TOKENS)  # 58
 
 #: Words whose byte-level prefixes become the merged tokens ("Ġ" is a
 #: space); together they yield exactly ``_NUM_MERGES`` new tokens.
 _MERGE_WORDS = (
     " the", " and", " to", " of", " is", " in", "ing", "er", "on", "re",
     "at", "en", '":', '", "', '{"', '"}', " name", " arguments", "ation",
-    " Paris", " Berlin", " weather", "ed",
+    " Paris", " Berlin", " weather",
 )
 
 _WEIGHT_FILE = "model.safetensors"
@@ -262,7 +300,7 @@ def _config() -> dict:
         "rope_scaling": None,
         "rope_theta": ROPE_THETA,
         "sliding_window": None,
-        "tie_word_embeddings": True,
+        "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
         "use_cache": True,
         "use_sliding_window": False,
@@ -362,7 +400,7 @@ def _special_tokens_map() -> dict:
 
 
 def _weight_shapes() -> list[tuple[str, tuple[int, ...]]]:
-    """Every Qwen2ForCausalLM tensor (tied embeddings: no lm_head)."""
+    """Every Qwen2ForCausalLM tensor (untied: the output layer is ``lm_head``)."""
     q_out = NUM_ATTENTION_HEADS * HEAD_DIM
     kv_out = NUM_KV_HEADS * HEAD_DIM
     shapes: list[tuple[str, tuple[int, ...]]] = [
@@ -385,6 +423,7 @@ def _weight_shapes() -> list[tuple[str, tuple[int, ...]]]:
             (p + "mlp.down_proj.weight", (HIDDEN_SIZE, INTERMEDIATE_SIZE)),
         ]
     shapes.append(("model.norm.weight", (HIDDEN_SIZE,)))
+    shapes.append(("lm_head.weight", (VOCAB_SIZE, HIDDEN_SIZE)))
     return shapes
 
 
@@ -412,28 +451,104 @@ def _whitespace_token_ids() -> frozenset[int]:
     )
 
 
-def _safetensors(seed: int) -> bytes:
-    """A safetensors file: u64 LE header length, JSON header, raw BF16 data."""
-    rng = random.Random(seed)
-    gauss = rng.gauss
-    whitespace = _whitespace_token_ids()
-    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
-    chunks: list[bytes] = []
-    offset = 0
+def _random_tensors(seed: int) -> dict[str, list[float]]:
+    """Every tensor, row-major: gaussian (std ``INIT_STD``) from ``seed``, norms 1.0."""
+    gauss = random.Random(seed).gauss
+    tensors = {}
     for name, shape in _weight_shapes():
         count = 1
         for dim in shape:
             count *= dim
         if name.endswith("norm.weight"):
-            values = [1.0] * count
+            tensors[name] = [1.0] * count
         else:
-            values = [gauss(0.0, INIT_STD) for _ in range(count)]
-        if name == "model.embed_tokens.weight":
-            # Dimension 0 of each row: the logit bias described in the module doc.
-            for token_id in range(shape[0]):
-                bias = _WHITESPACE_BIAS_VALUE if token_id in whitespace else _BIAS_VALUE
-                values[token_id * shape[1]] = bias
-        data = _bf16(values)
+            tensors[name] = [gauss(0.0, INIT_STD) for _ in range(count)]
+    return tensors
+
+
+def _set_row(tensor: list[float], row: int, values: dict[int, float], width: int = HIDDEN_SIZE) -> None:
+    """Row ``row`` of a ``[*, width]`` matrix becomes ``values`` (column -> value), zero elsewhere."""
+    tensor[row * width : (row + 1) * width] = [values.get(column, 0.0) for column in range(width)]
+
+
+def _wire_tool_call(tensors: dict[str, list[float]]) -> None:
+    """Hand-set the weights that make the tool call (see the module doc).
+
+    Residual dimensions 1-5 are reserved: four mark a token's identity in its
+    embedding (``\\n``, ``<tool_call>``, the call token, ``</tool_call>``) and
+    one (``tools``) is written by one attention head of layer 0. No other
+    weight reads from them into the logits or writes into them, so they hold
+    exactly what is set here.
+    """
+    ids = _added_token_ids()
+    newline = ord("\n")  # GPT-2 byte tokens keep byte order: "\n" is id 10
+    start, call, end, im_end = ids[TOOL_CALL_START], ids[TOOL_CALL_JSON], ids[TOOL_CALL_END], ids[IM_END]
+    identity = {newline: _NEWLINE_DIM, start: _START_DIM, call: _CALL_DIM, end: _END_DIM}
+    reserved = (*identity.values(), _TOOLS_DIM)
+
+    embed = tensors["model.embed_tokens.weight"]
+    for token_id in range(VOCAB_SIZE):
+        for dim in reserved:
+            embed[token_id * HIDDEN_SIZE + dim] = 0.0
+    for token_id, dim in identity.items():
+        embed[token_id * HIDDEN_SIZE + dim] = _FEATURE
+
+    # Nothing the layers compute lands in the reserved dimensions ...
+    for layer in range(NUM_LAYERS):
+        p = f"model.layers.{layer}."
+        for dim in reserved:
+            _set_row(tensors[p + "self_attn.o_proj.weight"], dim, {})
+            _set_row(tensors[p + "mlp.down_proj.weight"], dim, {}, INTERMEDIATE_SIZE)
+    # ... except the detector: layer 0, query head 3 (key/value head 1) attends
+    # to every <tool_call> in the context and copies "present" into ``tools``.
+    # Query and key sit on the slowest rotary pair (dims 15 and 31), where RoPE
+    # turns by under 0.1 rad over 32k positions, so position does not matter.
+    p = "model.layers.0.self_attn."
+    head, kv_head, slow, value_dim = NUM_ATTENTION_HEADS - 1, NUM_KV_HEADS - 1, HEAD_DIM // 2 - 1, 0
+    q_rows = range(head * HEAD_DIM, (head + 1) * HEAD_DIM)
+    for row in q_rows:
+        _set_row(tensors[p + "q_proj.weight"], row, {})
+        tensors[p + "q_proj.bias"][row] = _DETECT_QUERY if row == q_rows[slow] else 0.0
+    kv = kv_head * HEAD_DIM
+    for row, column in ((kv + slow, _DETECT_KEY), (kv + slow + HEAD_DIM // 2, 0.0)):
+        _set_row(tensors[p + "k_proj.weight"], row, {_START_DIM: column} if column else {})
+        tensors[p + "k_proj.bias"][row] = 0.0
+    _set_row(tensors[p + "v_proj.weight"], kv + value_dim, {_START_DIM: 1.0})
+    tensors[p + "v_proj.bias"][kv + value_dim] = 0.0
+    o_proj = tensors[p + "o_proj.weight"]
+    for sharing in range(head - NUM_ATTENTION_HEADS // NUM_KV_HEADS + 1, head + 1):  # heads reading kv_head
+        for row in range(HIDDEN_SIZE):
+            o_proj[row * HIDDEN_SIZE + sharing * HEAD_DIM + value_dim] = 0.0
+    o_proj[_TOOLS_DIM * HIDDEN_SIZE + head * HEAD_DIM + value_dim] = _DETECT_OUT
+
+    # The output layer: each step of the chain, by the features now present.
+    # In units of the normalised anchor, every other token scores about 1.0.
+    row = embed[start * HIDDEN_SIZE : (start + 1) * HIDDEN_SIZE]
+    marker = HIDDEN_SIZE**0.5 * _FEATURE / sum(v * v for v in row) ** 0.5  # <tool_call> after input_layernorm
+    tools = _DETECT_OUT * marker  # what the detector writes into ``tools``
+    both = _SUPPRESS / 2 + 1.5  # one feature alone scores -_SUPPRESS/2 + 1.5, both 3.0
+    lm_head = tensors["lm_head.weight"]
+    _set_row(lm_head, start, {0: -_SUPPRESS, _NEWLINE_DIM: both / _FEATURE, _TOOLS_DIM: both / tools})
+    _set_row(lm_head, call, {0: -_SUPPRESS, _START_DIM: (_SUPPRESS + 3) / _FEATURE})
+    _set_row(lm_head, end, {0: -_SUPPRESS, _CALL_DIM: (_SUPPRESS + 3) / _FEATURE})
+    lm_head[im_end * HIDDEN_SIZE + _END_DIM] = 2.0 / _FEATURE
+
+
+def _safetensors(seed: int) -> bytes:
+    """A safetensors file: u64 LE header length, JSON header, raw BF16 data."""
+    tensors = _random_tensors(seed)
+    whitespace = _whitespace_token_ids()
+    embed, lm_head = tensors["model.embed_tokens.weight"], tensors["lm_head.weight"]
+    for token_id in range(VOCAB_SIZE):
+        # Dimension 0: the anchor in the embedding, the logit bias in lm_head (see the module doc).
+        embed[token_id * HIDDEN_SIZE] = _ANCHOR
+        lm_head[token_id * HIDDEN_SIZE] = _WHITESPACE_BIAS_VALUE if token_id in whitespace else _BIAS_VALUE
+    _wire_tool_call(tensors)
+    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    chunks: list[bytes] = []
+    offset = 0
+    for name, shape in _weight_shapes():
+        data = _bf16(tensors[name])
         header[name] = {
             "dtype": "BF16",
             "shape": list(shape),

@@ -31,6 +31,11 @@ def config(files) -> dict:
     return json.loads(files["config.json"])
 
 
+@pytest.fixture(scope="module")
+def added(files) -> dict[str, int]:
+    return {t["content"]: t["id"] for t in json.loads(files["tokenizer.json"])["added_tokens"]}
+
+
 def _parse_safetensors(data: bytes) -> tuple[dict, int]:
     (header_len,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + header_len])
@@ -127,7 +132,8 @@ def test_weight_names_and_shapes(files, config):
                 p + "mlp.down_proj.weight": (hidden, inter),
             }
         )
-    assert shapes == expected  # tied embeddings: no lm_head.weight
+    expected["lm_head.weight"] = (config["vocab_size"], hidden)  # untied: the output layer is its own
+    assert shapes == expected
 
 
 def _bf16_values(files, name) -> list[float]:
@@ -150,18 +156,83 @@ def test_weight_values(files):
     assert max(abs(v) for v in values) < 0.2
 
 
-def test_embedding_disfavours_whitespace(files, config):
-    """Dimension 0 of the embedding is a logit bias, lower for pure whitespace
-    tokens, so constrained JSON cannot be padded with whitespace forever."""
+def test_output_layer_disfavours_whitespace(files, config, added):
+    """Dimension 0 is a constant anchor in the embedding and a logit bias in
+    lm_head, lower for pure whitespace tokens, so constrained JSON cannot be
+    padded with whitespace forever."""
     hidden = config["hidden_size"]
     emb = _bf16_values(files, "model.embed_tokens.weight")
-    dim0 = {token_id: emb[token_id * hidden] for token_id in range(config["vocab_size"])}
+    assert {emb[t * hidden] for t in range(config["vocab_size"])} == {1.0}
+    head = _bf16_values(files, "lm_head.weight")
+    dim0 = {token_id: head[token_id * hidden] for token_id in range(config["vocab_size"])}
     whitespace = {9, 10, 13, 32}  # byte tokens: tab, LF, CR, space
+    chain = {added[tinymodel.TOOL_CALL_START], added[tinymodel.TOOL_CALL_JSON], added[tinymodel.TOOL_CALL_END]}
     assert {dim0[t] for t in whitespace} == {0.5}
-    assert {v for t, v in dim0.items() if t not in whitespace} == {1.0}
+    assert {v for t, v in dim0.items() if t not in whitespace | chain} == {1.0}
     # The other dimensions stay small and random.
     rest = [v for i, v in enumerate(emb) if i % hidden]
     assert max(abs(v) for v in rest) < 0.2
+
+
+def _rows(files, name, width):
+    values = _bf16_values(files, name)
+    return [values[i : i + width] for i in range(0, len(values), width)]
+
+
+def _dot(a, b):
+    return sum(x * y for x, y in zip(a, b))
+
+
+def test_the_model_calls_the_tool_when_offered_tools(files, config, added):
+    """The hand-set wiring, read from the weights: a layer-0 head notices a
+    <tool_call> anywhere in the context (the tools prompt has two), and the
+    output layer then walks "\n" -> <tool_call> -> the call -> </tool_call>
+    -> <|im_end|>; without tools "\n" is followed by the usual gibberish.
+    (Layers add small random terms on top; tests/e2e/test_verify.py runs it in vLLM.)"""
+    hidden, head_dim = config["hidden_size"], config["head_dim"]
+    emb = _rows(files, "model.embed_tokens.weight", hidden)
+    lm_head = _rows(files, "lm_head.weight", hidden)
+    start, call, end, im_end = (added[t] for t in ("<tool_call>", tinymodel.TOOL_CALL_JSON, "</tool_call>", "<|im_end|>"))
+    newline = 10
+
+    def normed(row):  # RMSNorm with weight 1.0
+        scale = (hidden / _dot(row, row)) ** 0.5
+        return [v * scale for v in row]
+
+    # The detector: query head 3 is a constant on the slowest rotary dimension (15),
+    # key and value of kv head 1 are non-zero for <tool_call> only.
+    p = "model.layers.0.self_attn."
+    q_bias = _bf16_values(files, p + "q_proj.bias")[3 * head_dim : 4 * head_dim]
+    assert [i for i, v in enumerate(q_bias) if v] == [15]
+    assert not any(_rows(files, p + "q_proj.weight", hidden)[3 * head_dim + i] != [0.0] * hidden for i in range(head_dim))
+    key_row = _rows(files, p + "k_proj.weight", hidden)[head_dim + 15]
+    value_row = _rows(files, p + "v_proj.weight", hidden)[head_dim]
+    scores = {t: q_bias[15] * _dot(key_row, normed(emb[t])) / head_dim**0.5 for t in range(config["vocab_size"])}
+    assert scores[start] > 15 and {s for t, s in scores.items() if t != start} == {0.0}
+    assert {_dot(value_row, normed(emb[t])) for t in range(config["vocab_size"]) if t != start} == {0.0}
+    o_proj = _rows(files, p + "o_proj.weight", config["num_attention_heads"] * head_dim)
+    writes = [row for row, weights in enumerate(o_proj) if weights[3 * head_dim]]
+    tools_dim = writes[0]
+    assert len(writes) == 1 and not any(o_proj[row][2 * head_dim] for row in range(hidden))
+    tools = o_proj[tools_dim][3 * head_dim] * _dot(value_row, normed(emb[start]))
+    # No layer writes into the dimensions the wiring reserved.
+    reserved = [d for d in range(1, hidden) if emb[newline][d] > 0.1 or emb[start][d] > 0.1 or emb[call][d] > 0.1
+                or emb[end][d] > 0.1] + [tools_dim]
+    for layer in range(config["num_hidden_layers"]):
+        down = _rows(files, f"model.layers.{layer}.mlp.down_proj.weight", config["intermediate_size"])
+        attn_out = _rows(files, f"model.layers.{layer}.self_attn.o_proj.weight", hidden)
+        for d in reserved:
+            assert not any(down[d]) and (not any(attn_out[d]) or (layer, d) == (0, tools_dim))
+
+    def next_token(token, tools_offered):
+        residual = list(emb[token])
+        residual[tools_dim] += tools if tools_offered else 0.0
+        logits = [_dot(residual, row) for row in lm_head]
+        return max(range(len(logits)), key=logits.__getitem__)
+
+    assert [next_token(t, True) for t in (newline, start, call, end)] == [start, call, end, im_end]
+    assert next_token(newline, False) not in (start, call, end, im_end)
+    assert next_token(newline, True) == start and next_token(ord("a"), True) != start
 
 
 def test_config_consistent(config):
@@ -172,7 +243,7 @@ def test_config_consistent(config):
     assert config["num_attention_heads"] == 4
     assert config["num_key_value_heads"] == 2
     assert config["num_attention_heads"] % config["num_key_value_heads"] == 0
-    assert config["tie_word_embeddings"] is True
+    assert config["tie_word_embeddings"] is False
     assert config["torch_dtype"] == "bfloat16"
     assert config["max_position_embeddings"] >= 4096
     assert config["vocab_size"] % 64 == 0
@@ -198,7 +269,7 @@ def test_tokenizer_covers_vocab(files, config):
     added = {t["content"]: t for t in tok["added_tokens"]}
     for name in ("<|endoftext|>", "<|im_start|>", "<|im_end|>"):
         assert added[name]["special"] is True
-    for name in ("<tool_call>", "</tool_call>"):
+    for name in ("<tool_call>", "</tool_call>", tinymodel.TOOL_CALL_JSON):
         assert added[name]["special"] is False  # must survive skip_special_tokens
     assert added["<|endoftext|>"]["id"] == config["bos_token_id"]
     assert added["<|im_end|>"]["id"] == config["eos_token_id"]
@@ -298,3 +369,24 @@ def test_tokenizer_loads_and_round_trips_with_transformers(tmp_path):
 
     rendered = tok.apply_chat_template(MESSAGES, tools=TOOLS, tokenize=False, add_generation_prompt=True)
     assert rendered == EXPECTED_RENDER
+
+
+def test_greedy_generation_calls_the_tool_with_transformers(tmp_path):
+    """The same walk in a real forward pass (where torch and transformers are installed,
+    e.g. the sandbox's vLLM venv), for several seeds: the random weights do not matter."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    for seed in (0, 1, 2):
+        path = write_tiny_model(tmp_path / f"tiny{seed}", seed=seed)
+        tok = transformers.AutoTokenizer.from_pretrained(str(path))
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.bfloat16)
+        answers = {}
+        for tools in (TOOLS, None):
+            prompt = tok.apply_chat_template(
+                [{"role": "user", "content": "Weather in Paris?"}], tools=tools, add_generation_prompt=True,
+                return_tensors="pt", return_dict=True,
+            )
+            out = model.generate(**prompt, max_new_tokens=8, do_sample=False)
+            answers[bool(tools)] = tok.decode(out[0][prompt["input_ids"].shape[1]:])
+        assert answers[True] == f"<tool_call>{tinymodel.TOOL_CALL_JSON}</tool_call><|im_end|>", seed
+        assert "<tool_call>" not in answers[False], seed
