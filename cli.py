@@ -152,25 +152,30 @@ def verify(inventory, host_names, as_json, timeout):
     Checks /health, that /v1/models refuses a request without the key and
     lists the served model with it, a chat completion, a streamed one (first
     chunk, clean end), /metrics with vllm:kv_cache_usage_perc, a tool call
-    with tool_choice "auto", and a named tool call whose arguments must match
-    a strict schema. The key is read from the same file the deploy used.
+    with tool_choice "auto" (a call left as text names the wrong parser and
+    the right one), and a named tool call whose arguments must match a strict
+    schema. Meanwhile one command over SSH checks that the API key is in no
+    process's argv, the server log (and its rotated copies) or the scripts on
+    the host. The key is read from the same file the deploy used.
 
     \b
     Exit codes: 0 all pass, 1 other failure, 2 bad input,
-    3 unreachable, 4 auth, 5 tool calling.
+    3 unreachable (the endpoint, or the host over SSH), 4 auth,
+    5 tool calling, 6 secret exposed (the key leaked on the host).
 
     \b
     python cli.py verify inventories/sandbox.py
     python cli.py verify inventories/runpod.py --host coder-1 --json
     """
     from podkit.endpoints import each_host
+    from podkit.serverinfo import describe
     from podkit.verify import Verifier, worst
 
+    def check(t):
+        return Verifier(t.url, t.key, t.model, timeout, server=lambda: describe(t.name, t.settings, t.data)).run()
+
     targets = load_targets(inventory, host_names)
-    reports = list(zip(
-        [t.name for t in targets],
-        each_host(lambda t: Verifier(t.url, t.key, t.model, timeout).run(), targets),
-    ))
+    reports = list(zip([t.name for t in targets], each_host(check, targets)))
 
     if as_json:
         click.echo(json.dumps({name: r.as_dict() for name, r in reports}, indent=2, sort_keys=True))

@@ -5,7 +5,8 @@ revision, the vLLM version and the running server's full launch flags, so two
 results can be compared later. They come from one remote command
 (``podctl describe``): the running server's own argv (the API key is never on
 it: it travels in ``VLLM_API_KEY``), the venv's vLLM metadata and the
-checkpoint record written by the fetch.
+checkpoint record written by the fetch. The same command reports where the
+API key shows outside its file (``leaks``), for verify's key checks.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .config import Settings
-from .hoststate import podctl_command, server_config
+from .hoststate import managed_files, podctl_command, server_config
 from .remote_exec import RemoteError, run
 
 
@@ -30,7 +31,12 @@ class ServerInfo:
     vllm_version: str | None = None
     serve_args: list[str] = field(default_factory=list)
     architectures: list[str] = field(default_factory=list)
+    model_type: str | None = None  # config.json's, and its text_config's: what families.family_for reads
+    text_model_type: str | None = None
     running: bool = False
+    #: where the API key showed outside its file (podctl's ``key_leaks``): pids and programs
+    #: under "argv", files and line numbers under "log" and "scripts"; never the key itself
+    leaks: dict[str, Any] | None = None
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -49,7 +55,10 @@ class ServerInfo:
 
 def describe_config(settings: Settings) -> dict[str, Any]:
     paths = settings.paths
-    return {**server_config(settings), "venv": paths.venv, "record": paths.checkpoint_record}
+    return {
+        **server_config(settings), "venv": paths.venv, "record": paths.checkpoint_record,
+        "log_file": paths.log_file, "scripts": [f for f in managed_files(settings) if f != paths.api_key],
+    }
 
 
 def parse_describe(host: str, settings: Settings, output: str) -> ServerInfo:
@@ -72,7 +81,10 @@ def parse_describe(host: str, settings: Settings, output: str) -> ServerInfo:
         vllm_version=data.get("vllm_version"),
         serve_args=args,
         architectures=data.get("architectures") or [],
+        model_type=data.get("model_type"),
+        text_model_type=data.get("text_model_type"),
         running=bool(data.get("running")),
+        leaks=data.get("leaks"),
     )
     if not info.running:
         info.error = "no vLLM server runs under podkit's runner on this host"

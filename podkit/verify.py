@@ -1,22 +1,38 @@
-"""Read-only checks of what a coding agent depends on: health, auth, models, chat, tool calls.
+"""Read-only checks of what a coding agent depends on: health, auth, models, chat, tool calls,
+and that the API key has not leaked on the host.
 
 Each check returns a :class:`Check` (pass/fail, a reason that names the fix,
 and its time). Nothing here changes the server. The checks speak HTTP to the
 endpoint the way a client does: plain requests for /health and the 401 check,
-the ``openai`` client for completions and tool calls.
+the ``openai`` client for completions and tool calls. The host checks read
+one ``podctl describe`` over SSH (:func:`podkit.serverinfo.describe`), run
+beside the HTTP checks: the running server's flags (to name a wrong tool
+parser) and where the key shows outside its file (process argv, the server
+log and its rotated copies, the managed scripts), reported as pids, programs,
+files and line numbers, never the key.
+
+Exit codes (:class:`Outcome`): 0 all pass, 1 other failure, 2 bad input (click),
+3 unreachable (the endpoint, or the host over SSH), 4 auth, 5 tool calling,
+6 secret exposed (the key is in a process's argv, a log or a script on the host).
 """
 
 from __future__ import annotations
 
 import enum
 import json
+import os
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 import openai
+
+from .families import UnknownFamily, family_for
+from .serverinfo import ServerInfo
 
 
 class Outcome(enum.IntEnum):
@@ -28,6 +44,7 @@ class Outcome(enum.IntEnum):
     UNREACHABLE = 3
     AUTH = 4
     TOOL_CALLING = 5
+    SECRET_EXPOSED = 6  # the API key is in a process's argv, the server log or a script on the host
 
 
 @dataclass
@@ -49,6 +66,8 @@ class Report:
     endpoint: str
     model: str
     checks: list[Check] = field(default_factory=list)
+    started: str = ""  # UTC, ISO 8601: when this host's checks began
+    seconds: float = 0.0  # wall time of all of them (the host checks run beside the HTTP ones)
 
     @property
     def ok(self) -> bool:
@@ -64,6 +83,8 @@ class Report:
             "model": self.model,
             "ok": self.ok,
             "outcome": self.outcome.name.lower(),
+            "started": self.started,
+            "seconds": self.seconds,
             "checks": [check.as_dict() for check in self.checks],
         }
 
@@ -75,8 +96,13 @@ def worst(outcomes) -> Outcome:
 
 
 def severity(outcome: Outcome) -> int:
-    """The first cause wins: unreachable explains auth failures, auth explains tool failures."""
-    return [Outcome.UNREACHABLE, Outcome.AUTH, Outcome.TOOL_CALLING, Outcome.ERROR].index(outcome)
+    """The first cause wins: unreachable explains auth failures, auth explains tool failures.
+
+    An exposed key comes before all of them: it needs action (rotate the key)
+    whatever else fails, and nothing else explains it.
+    """
+    order = [Outcome.SECRET_EXPOSED, Outcome.UNREACHABLE, Outcome.AUTH, Outcome.TOOL_CALLING, Outcome.ERROR]
+    return order.index(outcome)
 
 
 WEATHER_TOOL = {
@@ -123,6 +149,110 @@ def schema_errors(value: Any, schema: dict[str, Any], where: str = "arguments") 
     return errors
 
 
+#: Tool-call markup a model writes -> the parser that reads it (the first match wins).
+MARKUPS = (
+    ("<function=", "qwen3_coder"),
+    ("<tool_call>", "hermes"),
+    ("[TOOL_CALLS]", "mistral"),
+    ("<|python_tag|>", "llama3_json"),
+)
+
+
+def silent_failure(content: str | None, finish_reason: str | None, tokens: int | None, reasoning: bool = False) -> str | None:
+    """Why an HTTP 200 answer to ``tool_choice="auto"`` without ``tool_calls`` hides a
+    failed call, or None when plain text is a fair answer."""
+    text = content or ""
+    if any(markup in text for markup, _ in MARKUPS) or '"arguments"' in text:
+        return (
+            f"the model wrote a tool call as plain text (HTTP 200, finish_reason {finish_reason}, "
+            f"content {text[:80]!r})"
+        )
+    if not text and not reasoning and finish_reason == "stop" and (tokens or 0) > 1:
+        return (
+            f"the model answered {tokens} tokens but the reply holds neither text nor a tool call "
+            "(HTTP 200, finish_reason stop), so the tool parser swallowed the call"
+        )
+    return None
+
+
+def expected_parser(info: ServerInfo | None, content: str = "") -> tuple[str, str] | None:
+    """(who needs it, parser): the served model's family in podkit's registry, else the markup it wrote."""
+    if info is not None and (info.model_type or info.text_model_type):
+        config = {"model_type": info.model_type or "", "text_config": {"model_type": info.text_model_type or ""}}
+        try:
+            name, family = family_for(info.model or "", config)
+        except UnknownFamily:
+            pass
+        else:
+            arch = f" ({info.architectures[0]})" if info.architectures else ""
+            return f"{name} models{arch}", family.tool_call_parser
+    for markup, parser in MARKUPS:
+        if markup in content:
+            return f"{markup} calls", parser
+    return None
+
+
+def wrong_parser(info: ServerInfo | None, content: str = "") -> str:
+    """The parser the server runs, the one the model needs, and the fix."""
+    running = info.flag("--tool-call-parser") if info is not None else None
+    expected = expected_parser(info, content)
+    if expected is None:
+        running_text = f"the server runs --tool-call-parser {running}, which" if running else "vllm_tool_call_parser"
+        return f"{running_text} does not match the model; set vllm_tool_call_parser for its family and re-apply"
+    who, parser = expected
+    if running == parser:
+        return (
+            f"the server runs --tool-call-parser {running}, the parser {who} need, yet the call stayed "
+            "text: the model's chat template does not write the markup that parser reads"
+        )
+    if running:
+        return (
+            f"the server runs --tool-call-parser {running} but {who} need {parser}: "
+            f"set vllm_tool_call_parser = '{parser}' (or 'auto') and re-apply"
+        )
+    unknown = f" (the server's flags are unknown: {info.error})" if info is not None and info.error else ""
+    return f"vllm_tool_call_parser does not match the model: {who} need {parser}{unknown}"
+
+
+_KEY_FIX = "rotate it (python cli.py key rotate) and re-apply"
+
+
+def key_checks(info: ServerInfo, seconds: float) -> list[Check]:
+    """The host's key checks from ``podctl describe``'s ``leaks``: argv, server logs, scripts."""
+    leaks = info.leaks
+    if leaks is None:
+        return [Check("key checks on the host", False, f"cannot read the host: {info.error}", seconds, Outcome.UNREACHABLE)]
+    if leaks.get("error"):
+        return [Check("key checks on the host", False, f"{leaks['error']} on the host: apply the deploy", seconds, Outcome.ERROR)]
+    argv = leaks.get("argv") or []
+    if argv:
+        where = ", ".join(f"pid {hit['pid']} ({hit['program']})" for hit in argv)
+        checks = [Check(
+            "key not in argv", False,
+            f"the key is on the command line of {where}, where ps shows it to every user: stop it, then {_KEY_FIX}",
+            seconds, Outcome.SECRET_EXPOSED,
+        )]
+    else:
+        hidden = f", {leaks['unreadable']} hidden from this user" if leaks.get("unreadable") else ""
+        checks = [Check("key not in argv", True, f"in no process's argv ({leaks.get('processes', 0)} read{hidden})", seconds)]
+    for part in ("log", "scripts"):
+        hits = leaks.get(part) or []
+        if hits:
+            where = "; ".join(
+                f"{hit['file']} line{'s' if hit['count'] > 1 else ''} {', '.join(map(str, hit['lines']))}"
+                + (f" ({hit['count']} lines)" if hit["count"] > len(hit["lines"]) else "")
+                for hit in hits
+            )
+            checks.append(Check(
+                f"key not in {part}", False, f"the key is in {where}: {_KEY_FIX}, then remove those lines",
+                seconds, Outcome.SECRET_EXPOSED,
+            ))
+        else:
+            searched = [os.path.basename(path) for path in leaks.get(part + "_searched") or []]
+            checks.append(Check(f"key not in {part}", True, f"not in {', '.join(searched) or 'any file (none yet)'}", seconds))
+    return checks
+
+
 def _http_status(url: str, key: str | None, timeout: float) -> tuple[int | None, bytes, str]:
     request = urllib.request.Request(url)
     if key:
@@ -140,8 +270,15 @@ def _http_status(url: str, key: str | None, timeout: float) -> tuple[int | None,
 class Verifier:
     """Runs the checks against ``base_url`` (``http://host:port``) for ``model``."""
 
-    def __init__(self, base_url: str, api_key: str, model: str, timeout: float = 60.0) -> None:
+    def __init__(
+        self, base_url: str, api_key: str, model: str, timeout: float = 60.0,
+        server: Callable[[], ServerInfo] | None = None,
+    ) -> None:
+        """``server`` reads the host (``podkit.serverinfo.describe``) for the key checks and
+        to name a wrong tool parser; without it only the HTTP checks run."""
         self.base_url = base_url.rstrip("/")
+        self.server = server
+        self._host = None
         self.api_key = api_key
         self.model = model
         self.timeout = timeout
@@ -246,13 +383,15 @@ class Verifier:
             return False, f"HTTP 400: {text}", Outcome.TOOL_CALLING
         message = reply.choices[0].message
         if message.tool_calls:
-            return True, f"called {message.tool_calls[0].function.name}", Outcome.OK
-        content = message.content or ""
-        if "<tool_call>" in content or '"arguments"' in content or "[TOOL_CALLS]" in content:
-            return False, (
-                "the model wrote a tool call as plain text (HTTP 200, finish_reason "
-                f"{reply.choices[0].finish_reason}): vllm_tool_call_parser does not match the model"
-            ), Outcome.TOOL_CALLING
+            call = message.tool_calls[0].function
+            return True, f"called {call.name}({call.arguments})", Outcome.OK
+        extra = message.model_extra or {}
+        problem = silent_failure(
+            message.content, reply.choices[0].finish_reason, reply.usage.completion_tokens if reply.usage else None,
+            reasoning=bool(extra.get("reasoning_content") or extra.get("reasoning")),
+        )
+        if problem:
+            return False, f"{problem}: {wrong_parser(self.host_info(), message.content or '')}", Outcome.TOOL_CALLING
         return True, "accepted (the model chose to answer in text)", Outcome.OK
 
     def tool_named(self) -> tuple[bool, str, Outcome]:
@@ -281,7 +420,28 @@ class Verifier:
             return False, f"{call.name}({call.arguments}) breaks the schema: {'; '.join(errors)}", Outcome.TOOL_CALLING
         return True, f"{call.name}({json.dumps(arguments, sort_keys=True)}) matches the schema", Outcome.OK
 
+    def _read_host(self) -> tuple[ServerInfo, float]:
+        start = time.monotonic()
+        info = self.server()
+        return info, round(time.monotonic() - start, 3)
+
+    def host_info(self) -> ServerInfo | None:
+        """What ``podctl describe`` said about the host (waits for it), or None without ``server``."""
+        return self._host.result()[0] if self._host is not None else None
+
     def run(self) -> Report:
+        """Every check; the host is read over SSH meanwhile, and its key checks come last."""
+        started, start = datetime.now(timezone.utc), time.monotonic()
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            self._host = pool.submit(self._read_host) if self.server else None
+            report = self._run_http()
+            if self._host is not None:
+                report.checks += key_checks(*self._host.result())
+        report.started = started.isoformat(timespec="milliseconds")
+        report.seconds = round(time.monotonic() - start, 3)
+        return report
+
+    def _run_http(self) -> Report:
         report = Report(self.base_url, self.model)
         steps = [
             ("health", self.health),

@@ -11,7 +11,9 @@ and only says whether the answer was right.
             the runner's state, the last log line, and on trouble the log tail
     describe what is serving, for the records of verify, bench and eval: the
             running server's argv (the key is never on it), the vLLM version,
-            the recorded checkpoint and the served model's architecture
+            the recorded checkpoint and the served model's architecture, and
+            where the API key leaked (process argv, server logs, scripts: pids,
+            programs, files and line numbers, never the key)
 """
 
 import glob
@@ -545,6 +547,57 @@ def serve_args(argv):
     return argv[argv.index("serve") + 1:]
 
 
+def lines_with(needle, path, most=5):
+    """Line numbers (the first ``most``) and the count of lines of ``path`` holding ``needle``; None when unreadable."""
+    found, count = [], 0
+    try:
+        with open(path, "rb") as handle:
+            for number, line in enumerate(handle, 1):
+                if needle in line:
+                    count += 1
+                    if len(found) < most:
+                        found.append(number)
+    except OSError:
+        return None
+    return {"file": path, "lines": found, "count": count}
+
+
+def rotated(log_file):
+    """The server log and the copies the runner rotated it into (``LOG.1`` ... ``LOG.N``)."""
+    copies = [p for p in glob.glob(glob.escape(log_file) + ".*") if p.rsplit(".", 1)[1].isdigit()]
+    return [log_file] + sorted(copies, key=lambda p: int(p.rsplit(".", 1)[1]))
+
+
+def key_leaks(cfg):
+    """Where the API key shows outside its file, without ever printing it: the argv
+    of every process (pid and program), the server log and its rotated copies, and
+    the managed scripts (file and line numbers)."""
+    key = read_text(cfg.get("key_file") or "")
+    if not key:
+        return {"error": "no API key at %s" % cfg.get("key_file")}
+    needle = key.encode()
+    argv, processes, unreadable = [], 0, 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as handle:
+                cmdline = handle.read()
+        except OSError:
+            unreadable += 1  # gone meanwhile, or hidden from this user
+            continue
+        processes += 1
+        if needle in cmdline:
+            program = read_text("/proc/%s/comm" % pid) or os.path.basename(cmdline.split(b"\0")[0].decode(errors="replace"))
+            argv.append({"pid": int(pid), "program": "?" if key in program else program})
+    result = {"argv": argv, "processes": processes, "unreadable": unreadable}
+    for name, paths in (("log", rotated(cfg["log_file"]) if cfg.get("log_file") else []), ("scripts", cfg.get("scripts") or [])):
+        scanned = [lines_with(needle, path) for path in paths]
+        result[name] = [hit for hit in scanned if hit and hit["count"]]
+        result[name + "_searched"] = [hit["file"] for hit in scanned if hit]
+    return result
+
+
 def describe(cfg):
     runner = runner_state(cfg["run_dir"])
     args = serve_args(process_argv(runner["vllm_pid"])) if runner["vllm_pid"] else None
@@ -559,6 +612,8 @@ def describe(cfg):
         "checkpoint": read_json(cfg["record"]) if cfg.get("record") else None,
         "architectures": (config or {}).get("architectures"),
         "model_type": (config or {}).get("model_type"),
+        "text_model_type": ((config or {}).get("text_config") or {}).get("model_type"),
+        "leaks": key_leaks(cfg),
     }
 
 

@@ -1,8 +1,17 @@
-"""Verification logic that needs no server: schema checks and how outcomes rank."""
+"""Verification logic that needs no server: schema checks, how outcomes rank, naming a wrong
+tool parser, the key checks, and podctl's scan for the key on a host (run here on temp files)."""
+
+import json
+import os
+import secrets
+import subprocess
+import sys
 
 import pytest
 
-from podkit.verify import WEATHER_TOOL, Outcome, schema_errors, worst
+from podkit.remote import podctl
+from podkit.serverinfo import ServerInfo
+from podkit.verify import WEATHER_TOOL, Outcome, key_checks, schema_errors, silent_failure, worst, wrong_parser
 
 SCHEMA = WEATHER_TOOL["function"]["parameters"]
 
@@ -38,3 +47,163 @@ def test_booleans_are_not_numbers():
 )
 def test_the_first_cause_decides_the_exit_code(outcomes, expected):
     assert worst(outcomes) == expected
+
+
+def test_an_exposed_key_outranks_every_other_cause():
+    assert worst([Outcome.UNREACHABLE, Outcome.SECRET_EXPOSED, Outcome.TOOL_CALLING]) == Outcome.SECRET_EXPOSED
+    assert int(Outcome.SECRET_EXPOSED) == 6
+
+
+CALL_TEXT = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}</tool_call>'
+
+
+@pytest.mark.parametrize(
+    "content, finish, tokens, reasoning, problem",
+    [
+        (CALL_TEXT, "stop", 4, False, "wrote a tool call as plain text"),
+        ("[TOOL_CALLS]get_weather{}", "stop", 9, False, "wrote a tool call as plain text"),
+        ('{"name": "get_weather", "arguments": {}}', "stop", 12, False, "wrote a tool call as plain text"),
+        (None, "stop", 4, False, "neither text nor a tool call"),  # the parser ate the call
+        ("", "stop", 4, True, None),  # a reasoning model may put it all in reasoning_content
+        (None, "length", 64, False, None),
+        (None, "stop", 1, False, None),  # only the end-of-turn token: an empty answer, not a lost call
+        ("\n\n", "stop", 3, False, None),  # an odd answer, but the model's own: nothing was swallowed
+        ("It is sunny in Paris.", "stop", 7, False, None),
+    ],
+)
+def test_silent_failures_of_auto_tool_choice(content, finish, tokens, reasoning, problem):
+    found = silent_failure(content, finish, tokens, reasoning)
+    assert (found is None) if problem is None else (problem in found), found
+
+
+QWEN2 = dict(model="/models/tiny-coder", architectures=["Qwen2ForCausalLM"], model_type="qwen2", running=True)
+
+
+def served(parser=None, **fields):
+    args = ["/models/tiny-coder", "--port", "8000"] + (["--enable-auto-tool-choice", "--tool-call-parser", parser] if parser else [])
+    return ServerInfo("pod", serve_args=args, **{**QWEN2, **fields})
+
+
+@pytest.mark.parametrize(
+    "info, content, expected",
+    [
+        (served("pythonic"), CALL_TEXT,
+         "the server runs --tool-call-parser pythonic but qwen2.5 models (Qwen2ForCausalLM) need hermes: "
+         "set vllm_tool_call_parser = 'hermes' (or 'auto') and re-apply"),
+        (served("qwen3_coder", model="/snap/abc", model_type="mistral", architectures=["MistralForCausalLM"]), "",
+         "the server runs --tool-call-parser qwen3_coder but mistral models (MistralForCausalLM) need mistral: "
+         "set vllm_tool_call_parser = 'mistral' (or 'auto') and re-apply"),
+        # a family podkit does not know: the markup the model wrote names the parser
+        (served("pythonic", model_type="mystery", architectures=[]), CALL_TEXT,
+         "the server runs --tool-call-parser pythonic but <tool_call> calls need hermes: "
+         "set vllm_tool_call_parser = 'hermes' (or 'auto') and re-apply"),
+        (served("hermes"), CALL_TEXT,
+         "the server runs --tool-call-parser hermes, the parser qwen2.5 models (Qwen2ForCausalLM) need, yet the "
+         "call stayed text: the model's chat template does not write the markup that parser reads"),
+        # the host could not be read: name what the markup needs, and why the flags are unknown
+        (ServerInfo("pod", error="pod: cannot run the command over SSH"), CALL_TEXT,
+         "vllm_tool_call_parser does not match the model: <tool_call> calls need hermes "
+         "(the server's flags are unknown: pod: cannot run the command over SSH)"),
+        (None, "", "vllm_tool_call_parser does not match the model; set vllm_tool_call_parser for its family and re-apply"),
+    ],
+)
+def test_wrong_parser_names_the_running_and_the_needed_parser(info, content, expected):
+    assert wrong_parser(info, content) == expected
+
+
+def leaks(**overrides):
+    clean = {
+        "argv": [], "processes": 97, "unreadable": 0,
+        "log": [], "log_searched": ["/v/podkit/logs/vllm.log", "/v/podkit/logs/vllm.log.1"],
+        "scripts": [], "scripts_searched": ["/v/podkit/bin/launch.sh", "/v/podkit/bin/env.sh"],
+    }
+    return ServerInfo("pod", leaks={**clean, **overrides})
+
+
+@pytest.mark.parametrize(
+    "info, expected",
+    [
+        (leaks(), [
+            ("key not in argv", True, "in no process's argv (97 read)", Outcome.OK),
+            ("key not in log", True, "not in vllm.log, vllm.log.1", Outcome.OK),
+            ("key not in scripts", True, "not in launch.sh, env.sh", Outcome.OK),
+        ]),
+        (leaks(argv=[{"pid": 4242, "program": "sleep"}], unreadable=3,
+               log=[{"file": "/v/podkit/logs/vllm.log.1", "lines": [3, 9, 12, 20, 31], "count": 7}]), [
+            ("key not in argv", False, "the key is on the command line of pid 4242 (sleep), where ps shows it to "
+             "every user: stop it, then rotate it (python cli.py key rotate) and re-apply", Outcome.SECRET_EXPOSED),
+            ("key not in log", False, "the key is in /v/podkit/logs/vllm.log.1 lines 3, 9, 12, 20, 31 (7 lines): "
+             "rotate it (python cli.py key rotate) and re-apply, then remove those lines", Outcome.SECRET_EXPOSED),
+            ("key not in scripts", True, "not in launch.sh, env.sh", Outcome.OK),
+        ]),
+        (leaks(log_searched=[], scripts=[{"file": "/v/podkit/bin/env.sh", "lines": [4], "count": 1}]), [
+            ("key not in argv", True, "in no process's argv (97 read)", Outcome.OK),
+            ("key not in log", True, "not in any file (none yet)", Outcome.OK),
+            ("key not in scripts", False, "the key is in /v/podkit/bin/env.sh line 4: rotate it (python cli.py key "
+             "rotate) and re-apply, then remove those lines", Outcome.SECRET_EXPOSED),
+        ]),
+        (ServerInfo("pod", error="pod: cannot run the command over SSH (timeout)"), [
+            ("key checks on the host", False, "cannot read the host: pod: cannot run the command over SSH (timeout)",
+             Outcome.UNREACHABLE),
+        ]),
+        (ServerInfo("pod", leaks={"error": "no API key at /v/podkit/secrets/api_key"}), [
+            ("key checks on the host", False, "no API key at /v/podkit/secrets/api_key on the host: apply the deploy",
+             Outcome.ERROR),
+        ]),
+    ],
+)
+def test_key_checks(info, expected):
+    checks = key_checks(info, 0.5)
+    assert [(c.name, c.ok, c.detail, c.outcome) for c in checks] == expected
+    assert {c.seconds for c in checks} == {0.5}
+
+
+@pytest.fixture
+def host(tmp_path):
+    """A host's files with a fake key: the key file, a log with rotated copies, scripts."""
+    key = "sk-test-" + secrets.token_hex(16)
+    (tmp_path / "api_key").write_text(key + "\n")
+    log = tmp_path / "vllm.log"
+    log.write_text("INFO start\n" * 5)
+    (tmp_path / "vllm.log.1").write_text("INFO old\n")
+    (tmp_path / "vllm.log.2").write_text("a\nb\n" + f"Authorization: Bearer {key}\n" + "c\n" * 10 + f"{key}\n")
+    (tmp_path / "vllm.log.bak").write_text(key)  # not a rotated copy: not the runner's
+    (tmp_path / "launch.sh").write_text('VLLM_API_KEY=$(cat /v/podkit/secrets/api_key)\n')
+    cfg = {
+        "key_file": str(tmp_path / "api_key"), "log_file": str(log),
+        "scripts": [str(tmp_path / "launch.sh"), str(tmp_path / "missing.sh")],
+    }
+    return key, cfg
+
+
+def test_podctl_finds_the_key_in_rotated_logs_by_line_and_never_prints_it(host):
+    key, cfg = host
+    found = podctl.key_leaks(cfg)
+    folder = os.path.dirname(cfg["log_file"])
+    assert found["log"] == [{"file": f"{folder}/vllm.log.2", "lines": [3, 14], "count": 2}]
+    assert found["log_searched"] == [f"{folder}/vllm.log", f"{folder}/vllm.log.1", f"{folder}/vllm.log.2"]
+    assert found["scripts"] == [] and found["scripts_searched"] == [f"{folder}/launch.sh"]
+    assert found["argv"] == [] and found["processes"] > 1
+    assert key not in json.dumps(found)
+
+
+def test_podctl_finds_the_key_in_a_process_argv(host):
+    key, cfg = host
+    planted = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)", "--api-key", key],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert planted.stdout.readline() == "up\n"  # exec'd: /proc shows its own argv now
+        found = podctl.key_leaks(cfg)
+    finally:
+        planted.kill()
+        planted.communicate()
+    assert [hit["pid"] for hit in found["argv"]] == [planted.pid]
+    assert found["argv"][0]["program"].startswith("python")
+    assert key not in json.dumps(found)
+    assert podctl.key_leaks(cfg)["argv"] == []
+
+
+def test_podctl_without_a_key_file_says_so(tmp_path):
+    assert podctl.key_leaks({"key_file": str(tmp_path / "nothing")}) == {"error": f"no API key at {tmp_path}/nothing"}
