@@ -106,8 +106,12 @@ def main() -> int:
             rows.append(row(f"converged re-apply, {label} (median of 3)",
                             statistics.median(s for s, _, _ in runs), runs[-1][1]))
             seconds, remote, proc = timed(verify, prefix)
-            ok = sum(report["ok"] for report in json.loads(proc.stdout).values()) if proc.stdout.strip() else 0
-            rows.append(row(f"verify, {label}", seconds, remote, f"exit {proc.returncode}, {ok} passed"))
+            reports = json.loads(proc.stdout) if proc.stdout.strip() else {}
+            ok = sum(report["ok"] for report in reports.values())
+            checks = [c for report in reports.values() for c in report["checks"]]
+            slow = max(checks, key=lambda c: c["seconds"], default=None)
+            note = f"exit {proc.returncode}, {ok} passed" + (f"; slowest check {slow['name']} {slow['seconds']:.1f} s" if slow else "")
+            rows.append(row(f"verify, {label}", seconds, remote, note))
     finally:
         for pod in pods:
             pod.destroy()

@@ -7,8 +7,11 @@ cd "$(dirname "$0")/.."
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-if { ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; } || [ ! -x /usr/bin/sudo ]; then
-    echo "setup: installing openssh-server (the sandbox pod's sshd) and sudo (the bare-metal test's non-root user)" >&2
+# openssh-server: the sandbox pod's sshd; iproute2: the migration test's network
+# namespaces (ip netns); sudo: the bare-metal test's non-root user.
+if { ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; } || [ ! -x /usr/bin/sudo ] \
+    || { ! command -v ip >/dev/null 2>&1 && [ ! -x /usr/sbin/ip ] && [ ! -x /sbin/ip ]; }; then
+    echo "setup: installing openssh-server, iproute2 and sudo" >&2
     as_root apt-get update -qq
     DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq openssh-server iproute2 sudo >/dev/null
 fi

@@ -599,7 +599,7 @@ def key_leaks(cfg):
 
 
 def describe(cfg):
-    runner = runner_state(cfg["run_dir"])
+    runner = supervisor_state(cfg)  # the runner's pids, or the systemd unit's MainPID
     args = serve_args(process_argv(runner["vllm_pid"])) if runner["vllm_pid"] else None
     found = venv_dists(cfg["venv"])["dists"] or system_dists()["dists"]
     model = args[0] if args else None

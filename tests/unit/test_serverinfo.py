@@ -39,3 +39,23 @@ def test_flags_are_read_in_both_spellings():
 
 def test_garbage_is_an_error_not_a_crash():
     assert "printed no JSON" in parse_describe("pod", SETTINGS, "Welcome to the pod!\n").error
+
+
+def test_describe_finds_the_server_under_systemd_too(tmp_path, monkeypatch):
+    """Under systemd there are no runner pid files: the unit's MainPID is the server."""
+    import subprocess
+    import sys
+
+    from podkit.remote import podctl
+
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "serve", "/models/mine", "--port", "8000"])
+    try:
+        monkeypatch.setattr(podctl, "unit_state", lambda name: {"active": "active", "main_pid": server.pid, "restarts": 0})
+        cfg = {"run_dir": str(tmp_path), "venv": str(tmp_path / "venv"), "key_file": str(tmp_path / "key"),
+               "log_file": str(tmp_path / "vllm.log"), "scripts": [], "unit": "podkit-vllm.service"}
+        assert podctl.describe({**cfg, "supervisor": "runner"})["running"] is False
+        described = podctl.describe({**cfg, "supervisor": "systemd"})
+        assert described["running"] is True and described["serve_args"][:3] == ["/models/mine", "--port", "8000"]
+    finally:
+        server.kill()
+        server.wait()
