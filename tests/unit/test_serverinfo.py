@@ -45,17 +45,23 @@ def test_describe_finds_the_server_under_systemd_too(tmp_path, monkeypatch):
     """Under systemd there are no runner pid files: the unit's MainPID is the server."""
     import subprocess
     import sys
+    import time
 
     from podkit.remote import podctl
 
     server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "serve", "/models/mine", "--port", "8000"])
     try:
+        for _ in range(100):  # the child's argv is in /proc once it has exec'd
+            if podctl.serve_args(podctl.process_argv(server.pid)):
+                break
+            time.sleep(0.05)
         monkeypatch.setattr(podctl, "unit_state", lambda name: {"active": "active", "main_pid": server.pid, "restarts": 0})
         cfg = {"run_dir": str(tmp_path), "venv": str(tmp_path / "venv"), "key_file": str(tmp_path / "key"),
                "log_file": str(tmp_path / "vllm.log"), "scripts": [], "unit": "podkit-vllm.service"}
         assert podctl.describe({**cfg, "supervisor": "runner"})["running"] is False
         described = podctl.describe({**cfg, "supervisor": "systemd"})
-        assert described["running"] is True and described["serve_args"][:3] == ["/models/mine", "--port", "8000"]
+        assert described["running"] is True, described
+        assert described["serve_args"][:3] == ["/models/mine", "--port", "8000"]
     finally:
         server.kill()
         server.wait()
