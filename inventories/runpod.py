@@ -8,8 +8,10 @@ Each run asks the API where every pod is now: a pod that was stopped, reset or
 migrated is found at its new IP and port. A pod is reached by "full SSH" (its
 public IP and the public port mapped to 22/tcp); expose 22/tcp with a public
 IP when you create it. Selected pods that cannot be deployed to (stopped, no
-public SSH port, back with zero GPUs, a changed host key) are reported in one
-line each and left out, or fail the whole run with PODKIT_POD_STRICT=1.
+public SSH port, back with zero GPUs, a host key that changed without a
+restart) are reported in one line each and left out, or fail the whole run
+with PODKIT_POD_STRICT=1. Host keys are trusted on first use per pod id, and
+again after a restart the API reports (see podkit/hostkeys.py).
 
 Environment:
     RUNPOD_API_KEY               your API key (the runpod package does not read it itself)
@@ -17,6 +19,7 @@ Environment:
     PODKIT_POD_PREFIX            only pods whose name starts with this (default: every pod)
     PODKIT_POD_STRICT=1          fail the run when a selected pod cannot be deployed to
     PODKIT_ACCEPT_NEW_HOST_KEY   pod ids (comma-separated, or "all") whose changed SSH host key to accept
+                                 when no restart explains it
     PODKIT_STATE_DIR             where the per-project host keys live (default .podkit/)
 
 For another selection, edit select() below. Every pod's host data carries

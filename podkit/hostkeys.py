@@ -10,8 +10,14 @@ For each pod, one SSH handshake (no login) reads the key it offers now:
 
 - a pod id seen for the first time: its key is trusted and remembered;
 - a known pod id offering its remembered key: nothing to say;
-- a known pod id offering another key: left out of the run with one line that
-  says why and how to accept it (``PODKIT_ACCEPT_NEW_HOST_KEY=<pod id>``);
+- a known pod id offering another key after its container restarted (the API's
+  uptime says it started after the key was recorded): trusted, with a note. A
+  RunPod stop wipes the container disk, and the pod's start script makes new
+  host keys; the authenticated API vouches for the restart, as it does for a
+  migrated pod's new id;
+- a known pod id offering another key without such a restart: left out of the
+  run with one line that says why and how to accept it
+  (``PODKIT_ACCEPT_NEW_HOST_KEY=<pod id>``);
 - a pod that does not answer: kept, with its remembered key if any, so pyinfra
   reports it as unreachable and goes on with the other pods.
 
@@ -38,6 +44,8 @@ from . import PROJECT_ROOT
 from .pods import PodHost, Skipped
 
 ACCEPT_ENV = "PODKIT_ACCEPT_NEW_HOST_KEY"
+#: seconds of slack between the API's uptime and our clock when dating a restart
+RESTART_SLACK_S = 120
 
 
 def state_dir() -> Path:
@@ -116,15 +124,25 @@ class PodKeys:
                 notes.append(f"pod {host.name} ({host.pod_id}): new pod, trusting its host key {now.fingerprint} (first use)")
                 key = now
             elif now != known_key:
-                if host.pod_id not in accept and "all" not in accept:
+                restarted = (
+                    host.started_at is not None and known.get("started_at") is not None
+                    and host.started_at > known["started_at"] + RESTART_SLACK_S
+                )
+                if restarted:
+                    notes.append(
+                        f"pod {host.name} ({host.pod_id}): restarted since its host key was recorded "
+                        f"(RunPod API), and a restarted container makes a new key: trusting {now.fingerprint}"
+                    )
+                elif host.pod_id not in accept and "all" not in accept:
                     skipped.append(Skipped(host.name, host.pod_id, (
-                        f"its SSH host key changed ({known_key.fingerprint} -> {now.fingerprint} at {where}). "
-                        "A pod whose container disk was wiped (stop/start, reset) gets a new key; "
-                        f"if that is what happened, re-run with {ACCEPT_ENV}={host.pod_id}. "
-                        "Otherwise something else answers at that address: do not connect"
+                        f"its SSH host key changed ({known_key.fingerprint} -> {now.fingerprint} at {where}) "
+                        "although the RunPod API shows no restart since the key was recorded. "
+                        f"If you know why (e.g. sshd's keys were regenerated), re-run with {ACCEPT_ENV}={host.pod_id}; "
+                        "otherwise something else may answer at that address: do not connect"
                     )))
                     continue
-                notes.append(f"pod {host.name} ({host.pod_id}): accepting its new host key {now.fingerprint} ({ACCEPT_ENV})")
+                else:
+                    notes.append(f"pod {host.name} ({host.pod_id}): accepting its new host key {now.fingerprint} ({ACCEPT_ENV})")
                 key = now
             else:
                 key = now
@@ -132,6 +150,10 @@ class PodKeys:
                 remembered[host.pod_id] = {
                     "type": key.type, "key": key.key, "address": where,
                     "first_seen": (known or {}).get("first_seen") if known_key == key else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    # dated only when the key was seen now: an unreachable pod's restart must
+                    # not vouch for an older key
+                    "started_at": (known or {}).get("started_at") if isinstance(now, str) or host.started_at is None
+                    else host.started_at,
                 }
                 name = address if port == 22 else f"[{address}]:{port}"
                 lines.append(f"{name} {key.type} {key.key}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -36,6 +37,8 @@ class PodHost:
     name: str
     pod_id: str
     data: dict[str, Any] = field(default_factory=dict)
+    #: when the pod's container last started (epoch seconds, from the API's uptimeSeconds)
+    started_at: float | None = None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -66,10 +69,12 @@ def public_tcp_ports(pod: dict[str, Any]) -> tuple[str | None, dict[str, int]]:
 
 
 def pod_host(
-    pod: dict[str, Any], name: str | None = None, allow_no_gpu: bool = False, served_port: int = 8000
+    pod: dict[str, Any], name: str | None = None, allow_no_gpu: bool = False, served_port: int = 8000,
+    now: float | None = None,
 ) -> PodHost | Skipped:
     """The SSH host for a RunPod pod (a ``get_pods()`` entry), or why it is left out.
-    ``served_port`` is vLLM's port inside the pod, for the HTTP proxy URL."""
+    ``served_port`` is vLLM's port inside the pod, for the HTTP proxy URL; ``now`` (epoch
+    seconds, default the clock) dates the container's start from ``uptimeSeconds``."""
     pod_id = str(pod.get("id") or "?")
     name = name or pod.get("name") or pod_id
     status = pod.get("desiredStatus")
@@ -102,7 +107,9 @@ def pod_host(
     }
     if pod.get("volumeMountPath"):
         data["podkit_volume"] = pod["volumeMountPath"]
-    return PodHost(name, pod_id, data)
+    uptime = pod.get("uptimeSeconds")
+    started_at = (time.time() if now is None else now) - uptime if isinstance(uptime, (int, float)) else None
+    return PodHost(name, pod_id, data, started_at)
 
 
 def by_prefix(prefix: str) -> Callable[[dict[str, Any]], bool]:

@@ -39,11 +39,12 @@ def load_pods(path: str | Path) -> list[dict[str, Any]]:
 
 
 def running_pod(pod_id: str, name: str, ip: str, ssh_port: int, volume_path: str, served_port: int = 8000,
-                cost_per_hr: float = 0.79, gpu: str = "RTX A6000") -> dict[str, Any]:
+                cost_per_hr: float = 0.79, gpu: str = "RTX A6000", uptime_seconds: int = 36000) -> dict[str, Any]:
     """A ``get_pods()`` entry for a running pod with 22/tcp and ``served_port``/tcp on a public IP
     (the served port mapped to itself). Its ``env`` holds a fake token that must never be printed."""
     return {
         "id": pod_id, "name": name, "desiredStatus": "RUNNING", "gpuCount": 1, "costPerHr": cost_per_hr,
+        "uptimeSeconds": uptime_seconds,
         "volumeMountPath": str(volume_path), "env": ["HF_TOKEN=hf_FAKEneverPrintMe"],
         "machine": {"gpuDisplayName": gpu}, "ports": f"{served_port}/tcp,22/tcp",
         "runtime": {"ports": [

@@ -180,3 +180,25 @@ def test_a_migrated_pod_is_found_at_its_new_address_and_serves_again_in_seconds(
     print(f"\nre-apply after migration: {seconds:.1f}s wall, {remote} remote commands on the pod, "
           f"{len(changed)} ops changed ({', '.join(changed)}); pod received {pod_a.rx_bytes() - before_rx} bytes "
           "in all (SSH and HTTP only: the namespace has no other route)")
+
+
+def test_a_pod_restarted_in_place_is_trusted_with_its_new_key_and_serves_again(fleet):
+    """The daily case: the same pod id stopped and started (RunPod wipes the container disk, so
+    sshd has new host keys) at a new address and port. The API's uptime vouches for the restart."""
+    pod_b = fleet.pods["pkb"]
+    pod_b.stop()
+    b = pod_b.start(host=3, port=2203)
+    volume = fleet.pod.box.volume
+    fleet.api.pods = [
+        running_pod("poda000000002", "coder-a", fleet.pods["pka"].address, 2202, volume),
+        running_pod("podb000000001", "coder-b", b.hostname, b.port, volume, cost_per_hr=0.34, uptime_seconds=20),
+    ]
+    applied = fleet.apply()
+    assert applied.rc == 0, applied.stderr[-4000:]
+    assert "pod coder-b (podb000000001): restarted since its host key was recorded" in applied.stderr
+    changed = op_changes(applied, "coder-b")
+    assert not any("is installed" in name for name in changed), changed
+    assert op_changes(applied, "coder-a") == []
+    verify = fleet.verify("--host", "coder-b")
+    assert verify.returncode == 0, verify.stdout[-3000:]
+    print(f"\nre-apply after an in-place restart: {applied.seconds:.1f}s wall, ops changed: {', '.join(changed)}")

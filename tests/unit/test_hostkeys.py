@@ -27,9 +27,9 @@ def sshds(tmp_path):
         sshd.stop()
 
 
-def pod(pod_id, ssh, name="coder-1"):
+def pod(pod_id, ssh, name="coder-1", started_at=None):
     return PodHost(name, pod_id, {"ssh_hostname": ssh.hostname, "ssh_port": ssh.port, "ssh_user": ssh.user,
-                                  "ssh_key": str(ssh.key_file)})
+                                  "ssh_key": str(ssh.key_file)}, started_at)
 
 
 def test_first_use_then_silence_then_a_changed_key_is_refused_until_accepted(tmp_path, sshds):
@@ -57,6 +57,29 @@ def test_first_use_then_silence_then_a_changed_key_is_refused_until_accepted(tmp
     kept, skipped, notes = keys.check([pod("pod-a", again)], accept={"pod-a"})
     assert len(kept) == 1 and "accepting its new host key" in notes[0]
     assert run("coder-1", kept[0].data, "echo again").stdout == "again\n"
+
+
+@pytest.mark.parametrize(
+    "started_then, started_now, trusted",
+    [
+        (1_000_000.0, 1_000_000.0 + 8 * 3600, True),  # stopped at night, started in the morning
+        (1_000_000.0, 1_000_000.0 + 3.0, False),  # the same container (uptime jitter): no restart
+        (None, 1_000_000.0, False),  # recorded without a date: nothing vouches for the change
+    ],
+)
+def test_a_restart_the_api_reports_explains_a_new_key(tmp_path, sshds, started_then, started_now, trusted):
+    keys = PodKeys(tmp_path / "state")
+    first, ssh = sshds("before")
+    keys.check([pod("pod-a", ssh, started_at=started_then)], accept=set())
+    first.stop()
+    _, again = sshds("after", port=ssh.port)  # the container's start script made new host keys
+    kept, skipped, notes = keys.check([pod("pod-a", again, started_at=started_now)], accept=set())
+    assert (len(kept), len(skipped)) == ((1, 0) if trusted else (0, 1))
+    if trusted:
+        assert "restarted since its host key was recorded" in notes[0]
+        assert run("coder-1", kept[0].data, "echo up").stdout == "up\n"
+    else:
+        assert "shows no restart" in skipped[0].line()
 
 
 def test_a_migrated_pod_is_a_new_pod_at_a_new_address(tmp_path, sshds):

@@ -63,6 +63,11 @@ def test_a_running_pod_is_reached_by_its_public_ip_and_mapped_ssh_port():
     }
 
 
+def test_the_containers_start_is_dated_from_the_apis_uptime():
+    assert pod_host(POD["coder-1"], now=1_000_000.0).started_at == 1_000_000.0 - 5131
+    assert pod_host({**POD["coder-1"], "uptimeSeconds": None}).started_at is None
+
+
 def test_an_exposed_tcp_port_and_another_volume_path_are_carried():
     host = pod_host(POD["coder-2"], served_port=8000)
     assert host.data["runpod_tcp_ports"] == {"22": 22091, "8000": 22092}
