@@ -172,7 +172,7 @@ def verify(inventory, host_names, as_json, timeout):
     from podkit.verify import Verifier, worst
 
     def check(t):
-        return Verifier(t.url, t.key, t.model, timeout, server=lambda: describe(t.name, t.settings, t.data)).run()
+        return Verifier(t.url, t.key, t.model, timeout, server=lambda: describe(t.name, t.settings, t.data, leaks=True)).run()
 
     targets = load_targets(inventory, host_names)
     reports = list(zip([t.name for t in targets], each_host(check, targets)))

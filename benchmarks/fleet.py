@@ -29,16 +29,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from podkit import PROJECT_ROOT  # noqa: E402
-from podkit.netpods import NetnsPod, copy_volume  # noqa: E402
+from podkit.netpods import NetnsPod, copy_volume, stand_in_inventory  # noqa: E402
 from podkit.runpodserver import RunPodReplay, running_pod  # noqa: E402
 from podkit.sandbox import Sandbox  # noqa: E402
 
+from converge import row  # noqa: E402  (benchmarks/ is this script's folder)
+
 API_KEY = "rp-bench-key"
-
-
-def row(label: str, seconds: float, sessions, note: str = "") -> dict:
-    print(f"{label:<44} {seconds:8.2f} s   {sessions!s:>4} remote   {note}", flush=True)
-    return {"step": label, "seconds": round(seconds, 3), "remote_commands": sessions, "note": note}
 
 
 def main() -> int:
@@ -55,15 +52,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="podkit-fleet-"))
     key = root / "client"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    inventory = root / "inventory" / "runpod.py"
-    (inventory.parent / "group_data").mkdir(parents=True)
-    shutil.copy(PROJECT_ROOT / "inventories" / "runpod.py", inventory)
-    (inventory.parent / "group_data" / "runpod.py").write_text(
-        (PROJECT_ROOT / "group_data" / "sandbox.py").read_text()
-        + f'vllm_host = "0.0.0.0"\nvllm_port = 8000\nvllm_model = {str(box.model_dir)!r}\n'
-        f'vllm_served_model_name = "tiny-coder"\npodkit_api_key_file = {str(box.api_key_file)!r}\n'
-        f"ssh_key = {str(key)!r}\n"
-    )
+    inventory = stand_in_inventory(root / "inventory", box, key)
     api = RunPodReplay(api_key=API_KEY).start()
     env = {**os.environ, "RUNPOD_API_KEY": API_KEY, "RUNPOD_API_BASE_URL": api.url,
            "PODKIT_STATE_DIR": str(root / "state"), "PYTHONUNBUFFERED": "1"}

@@ -36,7 +36,6 @@ import itertools
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -135,23 +134,15 @@ def resolve_profiles(names, generation_config: dict[str, Any] | None, origin: st
     return profiles
 
 
-def read_generation_config(name: str, data: dict[str, Any], model_path: str | None, run=None):
-    """(the served model's generation_config.json or None, where it came from or why not): one SSH command."""
-    if not model_path or not model_path.startswith("/"):
-        return None, "the served model is not a folder on the host"
-    if run is None:
-        from .remote_exec import run
-    path = f"{model_path.rstrip('/')}/generation_config.json"
-    try:
-        result = run(name, data, f"cat {shlex.quote(path)}", timeout=30)
-    except Exception as exc:  # noqa: BLE001  (RemoteError, or anything paramiko raises)
-        return None, str(exc)
-    if result.status != 0:
-        return None, f"{path}: {result.stderr.strip()[-200:] or 'unreadable'}"
-    try:
-        return json.loads(result.stdout), path
-    except ValueError:
-        return None, f"{path} is not JSON"
+def generation_config_of(info) -> tuple[dict[str, Any] | None, str]:
+    """(the served model's generation_config.json or None, where it came from or why not), from
+    the host's ``podctl describe`` answer (a ServerInfo): no remote command of its own."""
+    found = info.generation_config
+    if found is None:
+        return None, info.error or "the served model is not a folder on the host"
+    if "error" in found:
+        return None, f"{found['path']}: {found['error']}"
+    return found["config"], found["path"]
 
 
 # ---------------------------------------------------------------- talking to the endpoint
@@ -666,8 +657,7 @@ def run_host(target, profile_names, runs: int, max_tokens: int, timeout: float, 
     started = utc_now()
     tasks = tasks if tasks is not None else load_tasks()
     info = describe(target.name, target.settings, target.data)
-    model_path = info.serve_args[0] if info.serve_args else None
-    generation_config, origin = read_generation_config(target.name, target.data, model_path)
+    generation_config, origin = generation_config_of(info)
     profiles = resolve_profiles(profile_names, generation_config, origin)
     client = openai.OpenAI(base_url=f"{target.url}/v1", api_key=target.key, max_retries=0, timeout=timeout)
     endpoint = Endpoint(client, target.model, max_tokens, tokenizer_counter(target.url, target.key, target.model))

@@ -147,9 +147,10 @@ class PodKeys:
             else:
                 key = now
             if key is not None:
+                same_key = known_key == key
                 remembered[host.pod_id] = {
                     "type": key.type, "key": key.key, "address": where,
-                    "first_seen": (known or {}).get("first_seen") if known_key == key else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "first_seen": known["first_seen"] if same_key else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     # dated only when the key was seen now: an unreachable pod's restart must
                     # not vouch for an older key
                     "started_at": (known or {}).get("started_at") if isinstance(now, str) or host.started_at is None

@@ -21,7 +21,9 @@ root (ip netns, unshare, mount). Standard library only.
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -122,12 +124,34 @@ class NetnsPod:
     def rx_bytes(self) -> int:
         """Bytes the pod has received through its only link (SSH sessions and HTTP answers included)."""
         out = _ip("-n", self.name, "-s", "-j", "link", "show", f"{self.name}-p", check=False).stdout
-        import json
-
         try:
             return int(json.loads(out)[0]["stats64"]["rx"]["bytes"])
         except (ValueError, LookupError, TypeError):
             return -1
+
+
+def stand_in_inventory(folder: Path, box, client_key: Path, port: int = 8000) -> Path:
+    """The real ``inventories/runpod.py``, copied into ``folder`` beside a ``group_data/runpod.py``
+    that serves the sandbox ``box``'s tiny model with the sandbox's CPU settings, on every
+    interface at ``port`` (the controller reaches it through the pod's address), logging in
+    with ``client_key``. Returns the inventory's path (pyinfra reads group_data beside it)."""
+    from . import PROJECT_ROOT
+
+    inventory = Path(folder) / "runpod.py"
+    (inventory.parent / "group_data").mkdir(parents=True)
+    shutil.copy(PROJECT_ROOT / "inventories" / "runpod.py", inventory)
+    (inventory.parent / "group_data" / "runpod.py").write_text(
+        (PROJECT_ROOT / "group_data" / "sandbox.py").read_text() + f"""
+# a stand-in pod: vLLM on the pod's own address, the sandbox's model and key
+vllm_host = "0.0.0.0"
+vllm_port = {port}
+vllm_model = {str(box.model_dir)!r}
+vllm_served_model_name = "tiny-coder"
+podkit_api_key_file = {str(box.api_key_file)!r}
+ssh_key = {str(client_key)!r}
+"""
+    )
+    return inventory
 
 
 def copy_volume(source: Path, target: Path) -> None:
@@ -149,6 +173,4 @@ def copy_volume(source: Path, target: Path) -> None:
 
 
 def _q(path) -> str:
-    import shlex
-
     return shlex.quote(str(path))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import secrets
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -41,11 +42,11 @@ def load_pods(path: str | Path) -> list[dict[str, Any]]:
 def running_pod(pod_id: str, name: str, ip: str, ssh_port: int, volume_path: str, served_port: int = 8000,
                 cost_per_hr: float = 0.79, gpu: str = "RTX A6000", uptime_seconds: int = 36000) -> dict[str, Any]:
     """A ``get_pods()`` entry for a running pod with 22/tcp and ``served_port``/tcp on a public IP
-    (the served port mapped to itself). Its ``env`` holds a fake token that must never be printed."""
+    (the served port mapped to itself). Its ``env`` holds a token made now, which must never be printed."""
     return {
         "id": pod_id, "name": name, "desiredStatus": "RUNNING", "gpuCount": 1, "costPerHr": cost_per_hr,
         "uptimeSeconds": uptime_seconds,
-        "volumeMountPath": str(volume_path), "env": ["HF_TOKEN=hf_FAKEneverPrintMe"],
+        "volumeMountPath": str(volume_path), "env": [f"HF_TOKEN=hf_{secrets.token_urlsafe(24)}"],
         "machine": {"gpuDisplayName": gpu}, "ports": f"{served_port}/tcp,22/tcp",
         "runtime": {"ports": [
             {"ip": ip, "isIpPublic": True, "privatePort": 22, "publicPort": ssh_port, "type": "tcp"},

@@ -37,6 +37,9 @@ class ServerInfo:
     #: where the API key showed outside its file (podctl's ``key_leaks``): pids and programs
     #: under "argv", files and line numbers under "log" and "scripts"; never the key itself
     leaks: dict[str, Any] | None = None
+    #: the served folder's generation_config.json: {"path", "config"} or {"path", "error"};
+    #: None when the server does not serve a folder on the host
+    generation_config: dict[str, Any] | None = None
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -53,11 +56,12 @@ class ServerInfo:
         return None
 
 
-def describe_config(settings: Settings) -> dict[str, Any]:
+def describe_config(settings: Settings, leaks: bool = False) -> dict[str, Any]:
     paths = settings.paths
     return {
         **server_config(settings), "venv": paths.venv, "record": paths.checkpoint_record,
         "log_file": paths.log_file, "scripts": [f for f in managed_files(settings) if f != paths.api_key],
+        "leaks": leaks,
     }
 
 
@@ -85,16 +89,18 @@ def parse_describe(host: str, settings: Settings, output: str) -> ServerInfo:
         text_model_type=data.get("text_model_type"),
         running=bool(data.get("running")),
         leaks=data.get("leaks"),
+        generation_config=data.get("generation_config"),
     )
     if not info.running:
         info.error = "no vLLM server runs under podkit's runner on this host"
     return info
 
 
-def describe(host: str, settings: Settings, data: dict[str, Any]) -> ServerInfo:
-    """Ask ``host`` (over SSH, one command) what it serves. Never raises for an unreachable host."""
+def describe(host: str, settings: Settings, data: dict[str, Any], leaks: bool = False) -> ServerInfo:
+    """Ask ``host`` (over SSH, one command) what it serves; with ``leaks``, also where the API key
+    shows outside its file (verify's checks). Never raises for an unreachable host."""
     try:
-        result = run(host, data, podctl_command("describe", describe_config(settings)), timeout=30)
+        result = run(host, data, podctl_command("describe", describe_config(settings, leaks)), timeout=30)
     except RemoteError as exc:
         return ServerInfo(host, served_model_name=settings.served_model_name, error=str(exc))
     if result.status != 0:

@@ -598,12 +598,25 @@ def key_leaks(cfg):
     return result
 
 
+def generation_config(model):
+    """The served folder's generation_config.json: {"path", "config"} or {"path", "error"}."""
+    path = os.path.join(model, "generation_config.json")
+    try:
+        with open(path) as handle:
+            return {"path": path, "config": json.load(handle)}
+    except OSError as exc:
+        return {"path": path, "error": exc.strerror or str(exc)}
+    except ValueError:
+        return {"path": path, "error": "not JSON"}
+
+
 def describe(cfg):
     runner = supervisor_state(cfg)  # the runner's pids, or the systemd unit's MainPID
     args = serve_args(process_argv(runner["vllm_pid"])) if runner["vllm_pid"] else None
     found = venv_dists(cfg["venv"])["dists"] or system_dists()["dists"]
     model = args[0] if args else None
-    config = read_json(os.path.join(model, "config.json")) if model and os.path.isdir(model) else None
+    folder = bool(model) and os.path.isdir(model)
+    config = read_json(os.path.join(model, "config.json")) if folder else None
     return {
         "running": bool(args),
         "serve_args": args,
@@ -613,7 +626,9 @@ def describe(cfg):
         "architectures": (config or {}).get("architectures"),
         "model_type": (config or {}).get("model_type"),
         "text_model_type": ((config or {}).get("text_config") or {}).get("model_type"),
-        "leaks": key_leaks(cfg),
+        "generation_config": generation_config(model) if folder else None,
+        # reading every process's argv and the logs is verify's business, not bench's or eval's
+        "leaks": key_leaks(cfg) if cfg.get("leaks") else None,
     }
 
 

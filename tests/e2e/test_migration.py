@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from podkit import PROJECT_ROOT
-from podkit.netpods import NetnsPod, copy_volume
+from podkit.netpods import NetnsPod, copy_volume, stand_in_inventory
 from podkit.runpodserver import RunPodReplay, running_pod
 
 pytestmark = [
@@ -51,30 +51,14 @@ class Fleet:
     def __init__(self, pod, root: Path):
         self.pod = pod
         self.root = root
-        self.inventory = root / "inventory" / "runpod.py"
         self.state = root / "state"
+        self.inventory: Path | None = None  # stand_in_inventory() writes it
         self.pods: dict[str, NetnsPod] = {}
         self.api = RunPodReplay(api_key=API_KEY).start()
 
     def env(self, **extra):
         return {"RUNPOD_API_KEY": API_KEY, "RUNPOD_API_BASE_URL": self.api.url, "PODKIT_STATE_DIR": str(self.state),
                 **extra}
-
-    def write_inventory(self, client_key: Path):
-        """The real inventories/runpod.py, beside a group_data/runpod.py holding the CPU settings."""
-        (self.inventory.parent / "group_data").mkdir(parents=True)
-        shutil.copy(PROJECT_ROOT / "inventories" / "runpod.py", self.inventory)
-        box = self.pod.box
-        settings = (PROJECT_ROOT / "group_data" / "sandbox.py").read_text() + f"""
-# the pods' own address, so the controller reaches vLLM through the pod's public port
-vllm_host = "0.0.0.0"
-vllm_port = {PORT}
-vllm_model = {str(box.model_dir)!r}
-vllm_served_model_name = "tiny-coder"
-podkit_api_key_file = {str(box.api_key_file)!r}
-ssh_key = {str(client_key)!r}
-"""
-        (self.inventory.parent / "group_data" / "runpod.py").write_text(settings)
 
     def apply(self, **env):
         return self.pod.box.apply(inventory=str(self.inventory), env=self.env(**env))
@@ -104,7 +88,7 @@ def fleet(pod, tmp_path_factory):
     client_key = root / "client"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(client_key)], check=True)
     fleet = Fleet(pod, root)
-    fleet.write_inventory(client_key)
+    fleet.inventory = stand_in_inventory(root / "inventory", pod.box, client_key, PORT)
     volume_path = pod.box.volume
     for name, subnet in (("pka", 231), ("pkb", 232)):
         copy_volume(volume_path, root / f"volume-{name}")
@@ -129,7 +113,9 @@ def test_pods_are_found_deployed_and_verified(fleet):
     assert applied.rc == 0, applied.stderr[-4000:]
     assert "pod coder-c (podc000000001): is exited, not running" in applied.stderr
     assert applied.stderr.count("new pod, trusting its host key SHA256:") == 2
-    assert "hf_FAKEneverPrintMe" not in applied.stdout + applied.stderr
+    for pod in fleet.api.pods:  # the pods' env holds tokens: never printed
+        for item in pod["env"]:
+            assert item.split("=", 1)[1] not in applied.stdout + applied.stderr
     for host in ("coder-a", "coder-b"):
         changed = op_changes(applied, host)
         assert not any("is installed" in name for name in changed), changed  # the venv on the volume is used

@@ -15,7 +15,7 @@ from cli import cli
 from podkit.evaluate import (
     PROFILES, TASK_ORDER, Endpoint, PatchError, Unreachable, apply_unified_diff, build_record, compare,
     compare_table, evaluate, execute_tool, is_noise, load_record, load_tasks, longest_function,
-    profile_differences, read_generation_config, resolve_profiles, run_tool_task, score_code, score_explain,
+    profile_differences, generation_config_of, resolve_profiles, run_tool_task, score_code, score_explain,
     stability, table, summary, write_record,
 )
 
@@ -194,19 +194,15 @@ def test_chat_falls_back_to_the_qwen_defaults_and_says_so():
         resolve_profiles(["fast"], None, "")
 
 
-def test_the_generation_config_is_read_with_one_remote_command():
-    commands = []
+def test_the_generation_config_comes_with_the_hosts_one_describe():
+    from podkit.serverinfo import ServerInfo
 
-    def run(name, data, command, timeout):
-        commands.append(command)
-        return SimpleNamespace(status=0, stdout='{"temperature": 0.6}', stderr="")
-
-    assert read_generation_config("h", {}, "/vol/models/my model", run) == (
-        {"temperature": 0.6}, "/vol/models/my model/generation_config.json")
-    assert commands == ["cat '/vol/models/my model/generation_config.json'"]
-    assert read_generation_config("h", {}, None, run)[0] is None
-    missing = lambda *a, **k: SimpleNamespace(status=1, stdout="", stderr="No such file")  # noqa: E731
-    assert read_generation_config("h", {}, "/m", missing) == (None, "/m/generation_config.json: No such file")
+    found = ServerInfo("h", generation_config={"path": "/vol/models/my model/generation_config.json",
+                                               "config": {"temperature": 0.6}})
+    assert generation_config_of(found) == ({"temperature": 0.6}, "/vol/models/my model/generation_config.json")
+    assert generation_config_of(ServerInfo("h"))[0] is None
+    missing = ServerInfo("h", generation_config={"path": "/m/generation_config.json", "error": "No such file"})
+    assert generation_config_of(missing) == (None, "/m/generation_config.json: No such file")
 
 
 # ---------------------------------------------------------------- the endpoint

@@ -1,6 +1,7 @@
 """RunPod pods to SSH hosts, through the real runpod package against a local replay server."""
 
 import json
+import secrets
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,14 @@ from podkit.pods import PodsError, by_prefix, hosts_for, list_pods, pod_host
 from podkit.runpodserver import RunPodReplay, load_pods
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "runpod"
-PODS = load_pods(FIXTURES / "pods.json")
+def with_generated_env(pods):
+    """The recorded pods, each env name given a secret-looking value made for this run."""
+    for pod in pods:
+        pod["env"] = [f"{name}={secrets.token_urlsafe(24)}" for name in pod["env"]]
+    return pods
+
+
+PODS = with_generated_env(load_pods(FIXTURES / "pods.json"))
 POD = {pod["name"]: pod for pod in PODS}
 
 

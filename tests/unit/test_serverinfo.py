@@ -65,3 +65,35 @@ def test_describe_finds_the_server_under_systemd_too(tmp_path, monkeypatch):
     finally:
         server.kill()
         server.wait()
+
+
+def test_describe_reads_the_generation_config_and_scans_for_the_key_only_when_asked(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from podkit.remote import podctl
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "generation_config.json").write_text('{"temperature": 0.7}')
+    (tmp_path / "key").write_text("k" * 32)
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "serve", str(model)])
+    try:
+        for _ in range(100):
+            if podctl.serve_args(podctl.process_argv(server.pid)):
+                break
+            time.sleep(0.05)
+        podctl_pid = f"{server.pid} {podctl.starttime(server.pid)}"
+        (tmp_path / "vllm.pid").write_text(podctl_pid)
+        (tmp_path / "runner.pid").write_text(podctl_pid)
+        cfg = {"run_dir": str(tmp_path), "venv": str(tmp_path / "venv"), "key_file": str(tmp_path / "key"),
+               "log_file": str(tmp_path / "vllm.log"), "scripts": []}
+        described = podctl.describe(cfg)
+        assert described["generation_config"] == {"path": str(model / "generation_config.json"),
+                                                  "config": {"temperature": 0.7}}
+        assert described["leaks"] is None
+        assert described["running"] and podctl.describe({**cfg, "leaks": True})["leaks"]["argv"] == []
+    finally:
+        server.kill()
+        server.wait()
