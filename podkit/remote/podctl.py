@@ -52,11 +52,20 @@ def read_text(path):
 
 
 def starttime(pid):
+    """The start time of a live ``pid``; None when it is gone or a zombie.
+
+    A runner killed by a pod stop, or a server whose supervisor died, is
+    re-parented to PID 1, which in many containers never reaps: its /proc
+    entry, start time included, stays until the container ends.
+    """
     try:
         with open("/proc/%d/stat" % pid) as handle:
-            return handle.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except OSError:
         return None
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
 
 
 def pid_alive(pid_text):

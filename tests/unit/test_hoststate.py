@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,35 @@ def test_pid_files_survive_pid_reuse(tmp_path):
     state = probe(settings)
     assert state.runner_pid == os.getpid()
     assert state.vllm_pid is None
+
+
+def zombie() -> tuple[subprocess.Popen, str]:
+    """A child that has exited and is not reaped yet, and its "PID STARTTIME" pid-file line."""
+    proc = subprocess.Popen(["/bin/sh", "-c", "exit 0"])
+    stat = Path(f"/proc/{proc.pid}/stat")
+    for _ in range(100):
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+        if fields[0] == "Z":
+            return proc, f"{proc.pid} {fields[19]}\n"
+        time.sleep(0.05)
+    raise AssertionError("the child never exited")
+
+
+def test_a_dead_unreaped_runner_is_not_running(tmp_path):
+    """A pod stop kills the runner; PID 1 of many containers never reaps it, so
+    its /proc entry and start time stay. It must read as stopped, or the deploy
+    would wait for a server nobody starts."""
+    settings = settings_for(tmp_path)
+    run = Path(settings.paths.run)
+    run.mkdir(parents=True)
+    proc, line = zombie()
+    try:
+        (run / "runner.pid").write_text(line)
+        (run / "vllm.pid").write_text(line)
+        state = probe(settings)
+        assert state.runner_pid is None and state.vllm_pid is None
+    finally:
+        proc.wait()
 
 
 def test_serving_sums_compare_with_files(tmp_path):

@@ -3,6 +3,7 @@
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from podkit.config import PackageSpec
 from podkit.hostplan import HostPlan
 from podkit.render import host_files
 
-from .test_hoststate import settings_for
+from .test_hoststate import settings_for, zombie
 
 
 def wait_for(predicate, timeout=20.0):
@@ -86,6 +87,59 @@ def test_stop_ends_supervisor_and_server(runner):
     supervisor = runner.pid("runner.pid")
     assert "stopped" in runner("stop").stdout
     for pid in (server, supervisor):
-        assert wait_for(lambda: not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3])
+        assert wait_for(lambda: state(pid) in ("Z", None))
     status = runner("status")
     assert status.returncode == 3 and "runner: stopped" in status.stdout
+
+
+def test_a_dead_unreaped_runner_reads_as_stopped_and_start_starts_one(runner):
+    proc, line = zombie()
+    try:
+        Path(runner.paths.run).mkdir(parents=True, exist_ok=True)
+        Path(runner.paths.run, "runner.pid").write_text(line)
+        status = runner("status")
+        assert status.returncode == 3 and "runner: stopped" in status.stdout
+        assert "started" in runner("start").stdout
+        assert runner.pid("runner.pid") != proc.pid
+    finally:
+        proc.wait()
+
+
+# Starts the runner from a child subreaper that never reaps, as PID 1 of many
+# containers does: the detached supervisor is re-parented here and, once it
+# exits, stays a zombie.
+NON_REAPING_PARENT = """
+import ctypes, subprocess, sys
+assert ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)
+print("started", flush=True)
+sys.stdin.read()
+"""
+
+
+def state(pid):
+    """A process's state letter from /proc, None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
+def test_stop_returns_once_the_supervisor_is_dead_even_if_nobody_reaps_it(runner):
+    parent = subprocess.Popen(
+        [sys.executable, "-c", NON_REAPING_PARENT, "/bin/sh", runner.paths.runner_script, "start"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert parent.stdout.readline().strip() == "started"
+        server = wait_for(lambda: runner.pid("vllm.pid"))
+        supervisor = runner.pid("runner.pid")
+        # kill -0 finds a zombie, so a stop polling with it would sit out its whole 70 s limit
+        stopped = subprocess.run(["/bin/sh", runner.paths.runner_script, "stop"], capture_output=True, text=True,
+                                 timeout=30)
+        assert f"podkit runner stopped (pid {supervisor})" in stopped.stdout
+        assert state(supervisor) == "Z"  # dead, and left unreaped
+        assert state(server) in ("Z", None)
+        assert runner("status").returncode == 3
+    finally:
+        parent.communicate("", timeout=30)
