@@ -45,7 +45,7 @@ def sandbox():
 @click.option("--json", "as_json", is_flag=True, help="Print the host data as JSON.")
 def sandbox_up(as_json):
     """Start the sandbox (idempotent) and print the inventory to use."""
-    from podkit.sandbox import Sandbox
+    from podkit.sandbox.box import Sandbox
 
     box = Sandbox()
     data = box.up()
@@ -61,7 +61,7 @@ def sandbox_up(as_json):
 @sandbox.command("down")
 def sandbox_down():
     """Stop the sandbox's vLLM and sshd. The volume (venv, model, caches) stays."""
-    from podkit.sandbox import Sandbox
+    from podkit.sandbox.box import Sandbox
 
     result = Sandbox().down()
     click.echo(f"sandbox is down (runner: {result['runner']})", err=True)
@@ -71,7 +71,7 @@ def sandbox_down():
 @click.option("--json", "as_json", is_flag=True)
 def sandbox_status(as_json):
     """Say whether the sandbox's sshd and vLLM run."""
-    from podkit.sandbox import Sandbox
+    from podkit.sandbox.box import Sandbox
 
     status = Sandbox().status()
 
@@ -89,8 +89,8 @@ def load_hosts(inventory: str, host_names: tuple[str, ...] = ()):
     """(name, Settings, data) for each host of a pyinfra inventory, with group_data applied
     exactly as the deploy sees it."""
     from podkit import PROJECT_ROOT
-    from podkit.config import Settings, SettingsError
-    from podkit.inventory import InventoryError, load_inventory
+    from podkit.settings import Settings, SettingsError
+    from podkit.inventory_tmp import InventoryError, load_inventory
 
     try:
         loaded = load_inventory(inventory, PROJECT_ROOT)
@@ -115,7 +115,7 @@ class Target:
     """One host as a client sees it: its name, settings, data, endpoint URL and API key."""
 
     def __init__(self, name, settings, data, key):
-        from podkit.endpoints import endpoint_url
+        from podkit.client.targets import endpoint_url
 
         self.name, self.settings, self.data, self.key = name, settings, data, key
         self.url = endpoint_url(name, data, settings.host, settings.port)
@@ -125,7 +125,7 @@ class Target:
 def load_targets(inventory: str, host_names: tuple[str, ...] = ()) -> list[Target]:
     """Every selected host with its endpoint and the key the deploy gave it (read-only commands)."""
     from podkit import project_path
-    from podkit.secrets import ApiKeyError, read_key
+    from podkit.keys import ApiKeyError, read_key
 
     targets = []
     for name, settings, data in load_hosts(inventory, host_names):
@@ -167,9 +167,9 @@ def verify(inventory, host_names, as_json, timeout):
     python cli.py verify inventories/sandbox.py
     python cli.py verify inventories/runpod.py --host coder-1 --json
     """
-    from podkit.endpoints import each_host
-    from podkit.serverinfo import describe
-    from podkit.verify import Verifier, worst
+    from podkit.client.targets import each_host
+    from podkit.client.serverinfo import describe
+    from podkit.client.verify import Verifier, worst
 
     def check(t):
         return Verifier(t.url, t.key, t.model, timeout, server=lambda: describe(t.name, t.settings, t.data, leaks=True)).run()
@@ -225,9 +225,9 @@ def plan(model, gpu_name, gpu_memory_gib, gpu_count, tensor_parallel_size, gpu_m
     python cli.py plan Qwen/Qwen3-Coder-30B-A3B-Instruct --gpu H100 --max-model-len 65536
     python cli.py plan meta-llama/Llama-3.1-8B-Instruct --gpu L4 --disk-free-gib 20 --json
     """
-    from podkit.families import UnknownFamily, family_for
-    from podkit.models import ModelError, find_fp8_alternative, from_directory, from_hub, is_local
-    from podkit.plan import GIB, Hardware, PlanError, gpu_by_name, make_plan
+    from podkit.plan.families import UnknownFamily, family_for
+    from podkit.plan.checkpoints import ModelError, find_fp8_alternative, from_directory, from_hub, is_local
+    from podkit.plan.memory import GIB, Hardware, PlanError, gpu_by_name, make_plan
 
     if bool(gpu_name) == bool(gpu_memory_gib):
         raise click.BadParameter("give exactly one of --gpu NAME or --gpu-memory-gib GIB")
@@ -300,8 +300,8 @@ def cache():
 
 
 def _cache(inventory, host_names, clean: bool):
-    from podkit.hoststate import podctl_command
-    from podkit.remote_exec import RemoteError, run
+    from podkit.host.probe import podctl_command
+    from podkit.host.shell import RemoteError, run
 
     reports = {}
     for name, settings, data in load_hosts(inventory, host_names):
@@ -419,9 +419,9 @@ def bench(inventory, host_names, lengths, ttft_requests, concurrency, rounds, pr
     from pathlib import Path
 
     from podkit import project_path
-    from podkit.bench import Bench, BenchAborted, Options, failed_record, overall, record_path, table, write_chart
-    from podkit.endpoints import cost_per_hour, each_host
-    from podkit.serverinfo import describe
+    from podkit.client.bench.run import Bench, BenchAborted, Options, failed_record, overall, record_path, table, write_chart
+    from podkit.client.targets import cost_per_hour, each_host
+    from podkit.client.serverinfo import describe
 
     options = Options(lengths, ttft_requests, concurrency, rounds, prompt_tokens, output_tokens, timeout)
     targets = load_targets(inventory, host_names)
@@ -502,7 +502,7 @@ def eval_group():
 
 
 def _profile_names(ctx, param, value):
-    from podkit.evaluate import PROFILES
+    from podkit.client.eval.harness import PROFILES
 
     for name in value:
         if name not in PROFILES:
@@ -511,7 +511,7 @@ def _profile_names(ctx, param, value):
 
 
 def _task_names(ctx, param, value):
-    from podkit.evaluate import TASK_ORDER
+    from podkit.client.eval.harness import TASK_ORDER
 
     for name in value:
         if name not in TASK_ORDER:
@@ -557,9 +557,9 @@ def eval_run(inventory, host_names, profile_names, task_names, runs, max_tokens,
     import threading
 
     from podkit import project_path
-    from podkit.endpoints import each_host
-    from podkit.evaluate import load_tasks, run_host, table
-    from podkit.verify import Outcome, worst
+    from podkit.client.targets import each_host
+    from podkit.client.eval.harness import load_tasks, run_host, table
+    from podkit.client.verify import Outcome, worst
 
     targets = load_targets(inventory, host_names)
     tasks = load_tasks(task_names)
@@ -601,7 +601,7 @@ def eval_compare(record_a, record_b, as_json):
     \b
     python cli.py eval compare runs/eval/20250101T120000Z-coder-1.json runs/eval/20250102T090000Z-coder-1.json
     """
-    from podkit.evaluate import compare, compare_table, load_record
+    from podkit.client.eval.harness import compare, compare_table, load_record
 
     try:
         comparison = compare(load_record(record_a), load_record(record_b))
@@ -622,7 +622,7 @@ def key():
 def key_rotate(key_file):
     """Make a new key. Re-apply the deploy to give it to the servers."""
     from podkit import project_path
-    from podkit.secrets import rotate_key
+    from podkit.keys import rotate_key
 
     rotate_key(project_path(key_file))
     click.echo(f"new key written to {key_file}; now run: pyinfra -y INVENTORY deploy.py", err=True)

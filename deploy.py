@@ -20,12 +20,12 @@ from pyinfra.api.exceptions import DeployError
 
 from operations import checkpoint, facts, preflight, runner, vllm, volume
 from podkit import project_path
-from podkit.config import KEYS, UNIT_NAME, UNIT_PATH, Settings, SettingsError
-from podkit.hostplan import plan_host
-from podkit.hoststate import Unit, choose_vllm, host_problems
-from podkit.models import from_hub
-from podkit.render import host_files
-from podkit.secrets import ensure_key, file_content, key_digest, read_hf_token
+from podkit.settings import KEYS, UNIT_NAME, UNIT_PATH, Settings, SettingsError
+from podkit.plan.hostplan import plan_host
+from podkit.host.probe import Unit, choose_vllm, host_problems
+from podkit.plan.checkpoints import from_hub
+from podkit.host.render import host_files
+from podkit.keys import ensure_key, file_content, key_digest, read_hf_token
 
 _UNSET = object()
 try:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from podkit.sandbox import Sandbox  # noqa: E402
+from podkit.sandbox.box import Sandbox  # noqa: E402
 
 
 def row(label: str, seconds: float, sessions: int | str, note: str = "") -> dict:

@@ -29,9 +29,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from podkit import PROJECT_ROOT  # noqa: E402
-from podkit.netpods import NetnsPod, copy_volume, stand_in_inventory  # noqa: E402
-from podkit.runpodserver import RunPodReplay, running_pod  # noqa: E402
-from podkit.sandbox import Sandbox  # noqa: E402
+from testing.netpods import NetnsPod, copy_volume, stand_in_inventory  # noqa: E402
+from testing.runpod_api import RunPodReplay, running_pod  # noqa: E402
+from podkit.sandbox.box import Sandbox  # noqa: E402
 
 from converge import row  # noqa: E402  (benchmarks/ is this script's folder)
 

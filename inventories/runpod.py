@@ -33,9 +33,9 @@ import sys
 from pathlib import Path
 
 from podkit import PROJECT_ROOT
-from podkit.hostkeys import PodKeys
-from podkit.inventory import read_group_data
-from podkit.pods import PodsError, by_prefix, hosts_for, list_pods
+from podkit.runpod.hostkeys import PodKeys
+from podkit.inventory_tmp import read_group_data
+from podkit.runpod.pods import PodsError, by_prefix, hosts_for, list_pods
 
 select = by_prefix(os.environ.get("PODKIT_POD_PREFIX", ""))
 

@@ -7,6 +7,6 @@ Its CPU settings are in group_data/sandbox.py; its ports and paths come from
 the sandbox's state folder (.sandbox/, or $PODKIT_SANDBOX_DIR).
 """
 
-from podkit.sandbox import Sandbox
+from podkit.sandbox.box import Sandbox
 
 sandbox = [("sandbox", Sandbox().host_data())]

@@ -8,9 +8,9 @@ import time
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 
-from podkit.config import Paths
-from podkit.fetch import FetchSpec, progress_line, start_command, status_config
-from podkit.hoststate import podctl_command
+from podkit.settings import Paths
+from podkit.host.fetch import FetchSpec, progress_line, start_command, status_config
+from podkit.host.probe import podctl_command
 
 
 def _podctl(host, action: str, cfg: dict):

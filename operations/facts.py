@@ -14,13 +14,13 @@ import json
 from pyinfra import host, state
 from pyinfra.api import FactBase
 
-from podkit.config import Settings
-from podkit.hoststate import HostState, ProbeError, parse_probe, podctl_command, probe_config
+from podkit.settings import Settings
+from podkit.host.probe import HostState, ProbeError, parse_probe, podctl_command, probe_config
 
 
 class PodState(FactBase):
     """
-    Returns a ``podkit.hoststate.HostState`` built from one probe of the host:
+    Returns a ``podkit.host.probe.HostState`` built from one probe of the host:
 
     .. code:: python
 

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from podkit.config import KEYS, Settings
+from podkit.settings import KEYS, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 

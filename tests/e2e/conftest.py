@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from podkit.sandbox import Applied, Sandbox
+from podkit.sandbox.box import Applied, Sandbox
 
 
 class Pod:

@@ -30,9 +30,9 @@ from pathlib import Path
 
 import pytest
 
-from podkit.sandbox import PROJECT_ROOT, SERVED_MODEL_NAME, Applied
-from podkit.sshd import PrivateSshd, free_port
-from podkit.tinymodel import write_tiny_model
+from podkit.sandbox.box import PROJECT_ROOT, SERVED_MODEL_NAME, Applied
+from podkit.sandbox.sshd import PrivateSshd, free_port
+from podkit.sandbox.tinymodel import write_tiny_model
 
 pytestmark = pytest.mark.e2e
 

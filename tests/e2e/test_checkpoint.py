@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from podkit.hubserver import LocalHub
-from podkit.sandbox import PROJECT_ROOT
-from podkit.tinymodel import write_tiny_model
+from testing.hub import LocalHub
+from podkit.sandbox.box import PROJECT_ROOT
+from podkit.sandbox.tinymodel import write_tiny_model
 
 pytestmark = pytest.mark.e2e
 TOKEN = "hf_" + "s3cr3t" * 6

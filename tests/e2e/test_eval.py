@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from podkit.evaluate import TASK_ORDER
-from podkit.tinymodel import _generation_config
+from podkit.client.eval.harness import TASK_ORDER
+from podkit.sandbox.tinymodel import _generation_config
 
 pytestmark = pytest.mark.e2e
 

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from podkit import PROJECT_ROOT
-from podkit.netpods import NetnsPod, copy_volume, stand_in_inventory
-from podkit.runpodserver import RunPodReplay, running_pod
+from testing.netpods import NetnsPod, copy_volume, stand_in_inventory
+from testing.runpod_api import RunPodReplay, running_pod
 
 pytestmark = [
     pytest.mark.e2e,

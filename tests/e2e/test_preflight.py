@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from podkit.sandbox import Sandbox
+from podkit.sandbox.box import Sandbox
 
 pytestmark = pytest.mark.e2e
 
@@ -45,10 +45,10 @@ def test_malformed_datum_stops_the_run_before_any_remote_command(box):
 
 
 def test_gated_hub_model_stops_the_host_before_any_download(box, tmp_path):
-    from podkit.hubserver import LocalHub
+    from testing.hub import LocalHub
 
     from ..unit.test_hostplan import repo_files
-    from ..unit.hub_fixtures import write_repo
+    from testing.hub_repos import write_repo
 
     write_repo(tmp_path / "hub", "acme/Gated-7B", repo_files(), {"gated": True})
     with LocalHub(tmp_path / "hub", token="hf_" + "t" * 12) as hub:
@@ -66,8 +66,8 @@ def test_gated_hub_model_stops_the_host_before_any_download(box, tmp_path):
 def test_a_volume_too_small_for_the_download_is_refused_before_any_byte(tmp_path):
     import subprocess
 
-    from podkit.hubserver import LocalHub
-    from podkit.tinymodel import write_tiny_model
+    from testing.hub import LocalHub
+    from podkit.sandbox.tinymodel import write_tiny_model
 
     box = Sandbox(tmp_path / "small")
     box.volume.mkdir(parents=True)

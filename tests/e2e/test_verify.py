@@ -14,8 +14,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from podkit.sshd import free_port
-from podkit.tinymodel import TOOL_CALL_JSON
+from podkit.sandbox.sshd import free_port
+from podkit.sandbox.tinymodel import TOOL_CALL_JSON
 
 pytestmark = pytest.mark.e2e
 
@@ -118,7 +118,7 @@ def test_the_key_checks_fail_where_the_key_was_planted(pod):
 def test_every_host_of_an_inventory_is_checked_at_once(pod, tmp_path):
     inventory = tmp_path / "fleet.py"
     inventory.write_text(
-        "from podkit.sandbox import Sandbox\n\n"
+        "from podkit.sandbox.box import Sandbox\n\n"
         "_data = Sandbox().host_data()\n"
         f"sandbox = [('first', _data), ('second', _data), ('nossh', {{**_data, 'ssh_port': {free_port()}}})]\n"
     )

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from podkit.config import KEYS, UNIT_PATH, PackageSpec, Settings
-from podkit.hostplan import HostPlan
-from podkit.inventory import load_inventory
-from podkit.render import host_files, serve_argv
+from podkit.settings import KEYS, UNIT_PATH, PackageSpec, Settings
+from podkit.plan.hostplan import HostPlan
+from podkit.inventory_tmp import load_inventory
+from podkit.host.render import host_files, serve_argv
 
 from .test_config import ROOT, sample_data
 from .test_hostplan import host, hub, plan  # noqa: F401 (hub is a fixture)

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from podkit.bench import (
+from podkit.client.bench.run import (
     MAX_TOKENIZE_CALLS, TTFT_OUTPUT_TOKENS, Bench, BenchAborted, Options, Timing, aggregate_length,
     aggregate_level, build_prompt, cap_lengths, overall, percentile, record_path, summary, table,
     usd_per_million_tokens, write_chart,
 )
-from podkit.serverinfo import ServerInfo
+from podkit.client.serverinfo import ServerInfo
 
 
 @pytest.mark.parametrize(

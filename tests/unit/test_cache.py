@@ -4,7 +4,7 @@ import json
 import os
 import subprocess
 
-from podkit.hoststate import podctl_command
+from podkit.host.probe import podctl_command
 
 
 def podctl(action, cfg):

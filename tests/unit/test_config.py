@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from podkit.config import KEYS, PackageSpec, Paths, Settings, SettingsError, default_served_name
+from podkit.settings import KEYS, PackageSpec, Paths, Settings, SettingsError, default_served_name
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

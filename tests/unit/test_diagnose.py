@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from podkit.diagnose import diagnose, rule_name
+from podkit.host.diagnose import diagnose, rule_name
 
 LOGS = Path(__file__).resolve().parent.parent / "fixtures" / "vllm_logs"
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from podkit.endpoints import cost_per_hour, each_host, endpoint_url
+from podkit.client.targets import cost_per_hour, each_host, endpoint_url
 
 POD = {"runpod_pod_id": "abc123", "runpod_public_ip": "203.0.113.7", "runpod_tcp_ports": {"22": 40122}}
 

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli import cli
-from podkit.evaluate import (
+from podkit.client.eval.harness import (
     PROFILES, TASK_ORDER, Endpoint, PatchError, Unreachable, apply_unified_diff, build_record, compare,
     compare_table, evaluate, execute_tool, is_noise, load_record, load_tasks, longest_function,
     profile_differences, generation_config_of, resolve_profiles, run_tool_task, score_code, score_explain,
@@ -195,7 +195,7 @@ def test_chat_falls_back_to_the_qwen_defaults_and_says_so():
 
 
 def test_the_generation_config_comes_with_the_hosts_one_describe():
-    from podkit.serverinfo import ServerInfo
+    from podkit.client.serverinfo import ServerInfo
 
     found = ServerInfo("h", generation_config={"path": "/vol/models/my model/generation_config.json",
                                                "config": {"temperature": 0.6}})

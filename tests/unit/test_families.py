@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from podkit.families import FAMILIES, VLLM_VERSIONS, UnknownFamily, family_for
+from podkit.plan.families import FAMILIES, VLLM_VERSIONS, UnknownFamily, family_for
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 

@@ -4,10 +4,10 @@ import shutil
 
 import pytest
 
-from podkit.hostkeys import PodKeys, scan
-from podkit.pods import PodHost
-from podkit.remote_exec import run
-from podkit.sshd import PrivateSshd
+from podkit.runpod.hostkeys import PodKeys, scan
+from podkit.runpod.pods import PodHost
+from podkit.host.shell import run
+from podkit.sandbox.sshd import PrivateSshd
 
 pytestmark = pytest.mark.skipif(shutil.which("sshd") is None and not shutil.os.path.exists("/usr/sbin/sshd"),
                                 reason="openssh-server is not installed (.ci/run installs it)")

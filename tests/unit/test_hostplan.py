@@ -5,13 +5,13 @@ import dataclasses
 import pytest
 from huggingface_hub import HfApi, constants
 
-from podkit.config import Settings
-from podkit.hostplan import plan_host
-from podkit.hoststate import Gpu, HostState
-from podkit.hubserver import LocalHub
-from podkit.models import find_fp8_alternative, from_hub
+from podkit.settings import Settings
+from podkit.plan.hostplan import plan_host
+from podkit.host.probe import Gpu, HostState
+from testing.hub import LocalHub
+from podkit.plan.checkpoints import find_fp8_alternative, from_hub
 
-from .hub_fixtures import BF16_TENSORS, FP8_TENSORS, safetensors_bytes, write_repo
+from testing.hub_repos import BF16_TENSORS, FP8_TENSORS, safetensors_bytes, write_repo
 from .test_config import sample_data
 
 TOKEN = "hf_" + "t" * 12

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from podkit.config import PackageSpec, Settings
-from podkit.hoststate import (
+from podkit.settings import PackageSpec, Settings
+from podkit.host.probe import (
     HostState,
     ProbeError,
     choose_vllm,
@@ -329,8 +329,8 @@ def systemd_host(tmp_path, monkeypatch):
     ],
 )
 def test_systemd_unit_state_and_what_readiness_sees(systemd_host, tmp_path, state, present, up, enabled, main_pid, wait_runner):
-    from podkit.hoststate import Unit
-    from podkit.readiness import CRASH_LIMIT, WaitResult
+    from podkit.host.probe import Unit
+    from podkit.host.readiness import CRASH_LIMIT, WaitResult
 
     podctl = systemd_host(state)
     unit = Unit(**podctl.unit_state("podkit-vllm.service"))
@@ -358,7 +358,7 @@ def test_probe_on_a_systemd_host_reads_the_unit_in_the_same_command(systemd_host
 def test_systemd_problems(tmp_path):
     import dataclasses
 
-    from podkit.hoststate import Unit
+    from podkit.host.probe import Unit
 
     here = probe(settings_for(tmp_path))  # this machine: no systemd running
     wants = settings_for(tmp_path, podkit_supervisor="systemd")
@@ -387,7 +387,7 @@ def test_systemd_problems(tmp_path):
 def test_a_port_held_by_the_units_server_is_not_a_stranger(tmp_path):
     import dataclasses
 
-    from podkit.hoststate import Unit
+    from podkit.host.probe import Unit
 
     state = dataclasses.replace(
         probe(settings_for(tmp_path)), port_listening=True,

@@ -1,4 +1,4 @@
-"""podkit.hubserver.LocalHub against the real huggingface_hub client (no network beyond 127.0.0.1)."""
+"""testing.hub.LocalHub against the real huggingface_hub client (no network beyond 127.0.0.1)."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-from podkit.hubserver import LFS_THRESHOLD, LocalHub
+from testing.hub import LFS_THRESHOLD, LocalHub
 
-from .hub_fixtures import (
+from testing.hub_repos import (
     BF16_COUNTS,
     FP8_COUNTS,
     model_files,
@@ -484,13 +484,13 @@ def test_stop_cuts_off_a_throttled_download(hub_root):
 
 
 def test_module_does_not_import_pyinfra_or_click():
-    code = "import sys, podkit.hubserver; sys.exit(bool({'pyinfra', 'click'} & set(sys.modules)))"
+    code = "import sys, testing.hub; sys.exit(bool({'pyinfra', 'click'} & set(sys.modules)))"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
 
 def test_command_line(hub_root):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "podkit.hubserver", str(hub_root), "--port", "0", "--token", TOKEN],
+        [sys.executable, "-m", "testing.hub", str(hub_root), "--port", "0", "--token", TOKEN],
         cwd=ROOT, stdout=subprocess.PIPE, text=True,
     )
     try:

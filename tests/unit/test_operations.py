@@ -14,9 +14,9 @@ from pyinfra.api import FileUploadCommand, FunctionCommand
 from pyinfra.context import ctx_host
 
 from operations import checkpoint, preflight, runner, vllm, volume
-from podkit.config import PackageSpec, Paths, Settings
-from podkit.fetch import FetchSpec
-from podkit.hoststate import VllmInstall
+from podkit.settings import PackageSpec, Paths, Settings
+from podkit.host.fetch import FetchSpec
+from podkit.host.probe import VllmInstall
 
 from .test_config import sample_data
 

@@ -7,9 +7,9 @@ import pytest
 from click.testing import CliRunner
 
 from cli import cli
-from podkit.models import Checkpoint, ModelError, fp8_candidates, needed_files
-from podkit.plan import GIB, Architecture, Hardware, PlanError, gpu_by_name, make_plan, plan_memory
-from podkit.tinymodel import write_tiny_model
+from podkit.plan.checkpoints import Checkpoint, ModelError, fp8_candidates, needed_files
+from podkit.plan.memory import GIB, Architecture, Hardware, PlanError, gpu_by_name, make_plan, plan_memory
+from podkit.sandbox.tinymodel import write_tiny_model
 
 QWEN3_CODER_30B = {  # Qwen/Qwen3-Coder-30B-A3B-Instruct config.json (the fields planning reads)
     "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_hidden_layers": 48,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from podkit.plan import GIB, Architecture, Overheads, _context_capacity, plan_memory
+from podkit.plan.memory import GIB, Architecture, Overheads, _context_capacity, plan_memory
 
 CASES = json.loads((Path(__file__).resolve().parent.parent / "fixtures" / "kv_reference_cases.json").read_text())
 BY_ID = {case["id"]: case for case in CASES}

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from podkit.pods import PodsError, by_prefix, hosts_for, list_pods, pod_host
-from podkit.runpodserver import RunPodReplay, load_pods
+from podkit.runpod.pods import PodsError, by_prefix, hosts_for, list_pods, pod_host
+from testing.runpod_api import RunPodReplay, load_pods
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "runpod"
 def with_generated_env(pods):

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from podkit.config import PackageSpec
-from podkit.hostplan import HostPlan
-from podkit.render import host_files
+from podkit.settings import PackageSpec
+from podkit.plan.hostplan import HostPlan
+from podkit.host.render import host_files
 
 from .test_hoststate import settings_for, zombie
 

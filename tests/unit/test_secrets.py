@@ -4,7 +4,7 @@ import hashlib
 
 import pytest
 
-from podkit.secrets import ENV_VAR, ApiKeyError, ensure_key, key_digest, read_key, rotate_key
+from podkit.keys import ENV_VAR, ApiKeyError, ensure_key, key_digest, read_key, rotate_key
 
 
 def test_made_once_with_private_modes(tmp_path):

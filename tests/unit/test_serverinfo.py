@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from podkit.serverinfo import parse_describe
+from podkit.client.serverinfo import parse_describe
 from tests.helpers import settings
 
 SETTINGS = settings(vllm_model="Qwen/Qwen2.5-Coder-7B-Instruct", podkit_volume="/workspace")

@@ -1,4 +1,4 @@
-"""Tests for podkit.sshd: a real private OpenSSH server on loopback."""
+"""Tests for podkit.sandbox.sshd: a real private OpenSSH server on loopback."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from podkit.sshd import PrivateSshd, SshdError, SshHost, free_port
+from podkit.sandbox.sshd import PrivateSshd, SshdError, SshHost, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 HAVE_SSHD = shutil.which("sshd") is not None or Path("/usr/sbin/sshd").exists()
@@ -121,7 +121,7 @@ def test_pyinfra_data_uses_connector_key_names(tmp_path):
 
 
 def test_module_imports_neither_pyinfra_nor_click():
-    code = "import sys, podkit.sshd; bad = {'pyinfra', 'click', 'paramiko'} & set(sys.modules); assert not bad, bad"
+    code = "import sys, podkit.sandbox.sshd; bad = {'pyinfra', 'click', 'paramiko'} & set(sys.modules); assert not bad, bad"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 
 
@@ -239,7 +239,7 @@ def _exec_once(host: SshHost, command: str) -> tuple[int, str]:
 
 @needs_sshd
 def test_server_outlives_the_process_that_started_it(fresh):
-    code = f"from podkit.sshd import PrivateSshd; PrivateSshd({str(fresh.state_dir)!r}).start()"
+    code = f"from podkit.sandbox.sshd import PrivateSshd; PrivateSshd({str(fresh.state_dir)!r}).start()"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=20)
     status = fresh.status()
     assert status["running"]
@@ -356,3 +356,38 @@ def test_pyinfra_deploy_runs_against_it(server, tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(sshd.sessions()) > before
+
+
+
+FRESH_RUN = """
+import subprocess, sys
+from pathlib import Path
+from podkit.sandbox.sshd import PrivateSshd
+
+assert not Path("/run/sshd").exists(), "the tmpfs over /run should hide /run/sshd"
+sshd = PrivateSshd(Path(sys.argv[1]))
+host = sshd.start()
+try:
+    out = subprocess.run(host.ssh_argv("echo", "answered"), capture_output=True, text=True, timeout=20)
+    print(out.returncode, out.stdout.strip(), out.stderr.strip())
+finally:
+    sshd.stop()
+"""
+
+
+@needs_sshd
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="needs root and unshare for a private mount namespace")
+def test_starts_on_a_machine_where_run_sshd_does_not_exist(tmp_path):
+    """A fresh machine has no /run/sshd (systemd's ssh.service makes it; a container never ran
+    that, and /run is a new tmpfs after a reboot). Start the server in a mount namespace whose
+    /run is an empty tmpfs and log in over SSH: start() must make what sshd needs itself."""
+    script = tmp_path / "fresh_run.py"
+    script.write_text(FRESH_RUN)
+    proc = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         'mount -t tmpfs tmpfs /run && exec "$@"', "sh", sys.executable, str(script), str(tmp_path / "state")],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split(" ", 2)[:2] == ["0", "answered"], proc.stdout

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from podkit import tinymodel
-from podkit.tinymodel import tiny_model_files, write_tiny_model
+from podkit.sandbox import tinymodel
+from podkit.sandbox.tinymodel import tiny_model_files, write_tiny_model
 
 EXPECTED_FILES = {
     "config.json",

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from podkit.remote import podctl
-from podkit.serverinfo import ServerInfo
-from podkit.verify import WEATHER_TOOL, Outcome, key_checks, schema_errors, silent_failure, worst, wrong_parser
+from podkit.client.serverinfo import ServerInfo
+from podkit.client.verify import WEATHER_TOOL, Outcome, key_checks, schema_errors, silent_failure, worst, wrong_parser
 
 SCHEMA = WEATHER_TOOL["function"]["parameters"]
 

@@ -1,4 +1,4 @@
-"""Build small model repos on disk for podkit.hubserver.LocalHub (tests only)."""
+"""Build small model repos on disk for testing.hub.LocalHub (tests only)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import struct
 from pathlib import Path
 
-from podkit.hubserver import SAFETENSORS_DTYPE_SIZES
+from testing.hub import SAFETENSORS_DTYPE_SIZES
 
 
 def safetensors_bytes(tensors: dict[str, tuple[str, list[int]]], metadata: dict | None = None) -> bytes:

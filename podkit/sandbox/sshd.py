@@ -275,6 +275,7 @@ class PrivateSshd:
         ]
         self.config_file.write_text("\n".join(lines) + "\n")
         self.port_file.write_text(f"{port}\n")
+        _ensure_privsep_dir()
         proc = subprocess.run(
             [self._sshd_binary(), "-t", "-f", str(self.config_file)],
             stdin=subprocess.DEVNULL,
@@ -310,9 +311,6 @@ class PrivateSshd:
         self.write_config()
         port = self._saved_port()
         assert port is not None
-        if os.geteuid() == 0:
-            # sshd's privilege-separation directory (normally made by systemd).
-            Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
         self.pid_file.unlink(missing_ok=True)
         argv = [self._sshd_binary(), "-D", "-f", str(self.config_file), "-E", str(self.log_file)]
         if self.setup:
@@ -499,6 +497,25 @@ class PrivateSshd:
 
 
 # -- process and socket helpers ---------------------------------------------
+
+
+#: sshd's privilege-separation directory. A root sshd refuses to start (and ``sshd -t``
+#: refuses its config) without it; systemd's ssh.service normally makes it, so a machine
+#: where sshd never ran as a service has none, and /run is a fresh tmpfs after a reboot.
+PRIVSEP_DIR = Path("/run/sshd")
+
+
+def _ensure_privsep_dir() -> None:
+    """Make /run/sshd when running as root (a non-root sshd does not use it)."""
+    if os.geteuid() != 0:
+        return
+    try:
+        PRIVSEP_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SshdError(
+            f"cannot create sshd's privilege-separation directory {PRIVSEP_DIR} ({exc.strerror}); "
+            f"create it as root: install -d -m 755 {PRIVSEP_DIR}"
+        ) from None
 
 
 def _tool(name: str) -> str:

@@ -16,11 +16,13 @@ from pathlib import Path
 
 import jinja2
 
-from .config import UNIT_NAME, PackageSpec, Settings
-from .hostplan import HostPlan
-from .hoststate import managed_files
+from podkit import PROJECT_ROOT
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+from podkit.settings import UNIT_NAME, PackageSpec, Settings
+from podkit.plan.hostplan import HostPlan
+from podkit.host.probe import managed_files
+
+TEMPLATES = PROJECT_ROOT / "templates"
 
 
 @dataclass(frozen=True)

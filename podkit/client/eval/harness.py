@@ -50,7 +50,7 @@ from typing import Any, Callable
 
 import openai
 
-TASKS_DIR = Path(__file__).resolve().parent / "eval_tasks"
+TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 TASK_ORDER = ("explain", "bugfix", "feature", "refactor", "tools")
 RECORD_FORMAT = "podkit-eval/1"
 
@@ -652,7 +652,7 @@ def run_host(target, profile_names, runs: int, max_tokens: int, timeout: float, 
     """The battery against one host (a cli.Target: .name .settings .data .url .key .model), recorded in
     ``out_dir/<UTC timestamp>-<host>.json``. Returns a summary with the record's path, or with
     ``error`` (and no record) when the endpoint cannot be reached."""
-    from .serverinfo import describe
+    from podkit.client.serverinfo import describe
 
     started = utc_now()
     tasks = tasks if tasks is not None else load_tasks()

@@ -30,7 +30,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .sshd import PrivateSshd, SshHost
+from podkit.sandbox.sshd import PrivateSshd, SshHost
 
 WIPED = ("/root/.cache", "/var/tmp")
 
@@ -135,7 +135,7 @@ def stand_in_inventory(folder: Path, box, client_key: Path, port: int = 8000) ->
     that serves the sandbox ``box``'s tiny model with the sandbox's CPU settings, on every
     interface at ``port`` (the controller reaches it through the pod's address), logging in
     with ``client_key``. Returns the inventory's path (pyinfra reads group_data beside it)."""
-    from . import PROJECT_ROOT
+    from podkit import PROJECT_ROOT
 
     inventory = Path(folder) / "runpod.py"
     (inventory.parent / "group_data").mkdir(parents=True)

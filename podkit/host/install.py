@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shlex
 
-from .config import PackageSpec, Paths
+from podkit.settings import PackageSpec, Paths
 
 CPU_BREAKERS = ("torchvision", "torchaudio", "torchcodec")
 

@@ -40,8 +40,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import openai
 
-from .serverinfo import ServerInfo
-from .verify import Outcome, worst
+from podkit.client.serverinfo import ServerInfo
+from podkit.client.verify import Outcome, worst
 
 DEFAULT_LENGTHS = (1024, 4096, 16384, 32768)
 DEFAULT_CONCURRENCY = (1, 4, 16, 64)
@@ -283,7 +283,7 @@ class Bench:
     requests (so a caller can size a progress bar); :meth:`run` sends them and
     returns the record.
 
-    ``server`` is what ``podkit.serverinfo.describe`` read on the host.
+    ``server`` is what ``podkit.client.serverinfo.describe`` read on the host.
     """
 
     def __init__(self, host: str, base_url: str, api_key: str, model: str, options: Options,

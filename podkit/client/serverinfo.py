@@ -15,9 +15,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .config import Settings
-from .hoststate import managed_files, podctl_command, server_config
-from .remote_exec import RemoteError, run
+from podkit.settings import Settings
+from podkit.host.probe import managed_files, podctl_command, server_config
+from podkit.host.shell import RemoteError, run
 
 
 @dataclass

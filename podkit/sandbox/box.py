@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import PROJECT_ROOT
-from .sshd import PrivateSshd, free_port
-from .tinymodel import write_tiny_model
+from podkit import PROJECT_ROOT
+from podkit.sandbox.sshd import PrivateSshd, free_port
+from podkit.sandbox.tinymodel import write_tiny_model
 
 SERVED_MODEL_NAME = "tiny-coder"
 ENV_DIR = "PODKIT_SANDBOX_DIR"

@@ -5,7 +5,7 @@ Each check returns a :class:`Check` (pass/fail, a reason that names the fix,
 and its time). Nothing here changes the server. The checks speak HTTP to the
 endpoint the way a client does: plain requests for /health and the 401 check,
 the ``openai`` client for completions and tool calls. The host checks read
-one ``podctl describe`` over SSH (:func:`podkit.serverinfo.describe`), run
+one ``podctl describe`` over SSH (:func:`podkit.client.serverinfo.describe`), run
 beside the HTTP checks: the running server's flags (to name a wrong tool
 parser) and where the key shows outside its file (process argv, the server
 log and its rotated copies, the managed scripts), reported as pids, programs,
@@ -31,8 +31,8 @@ from typing import Any, Callable
 
 import openai
 
-from .families import UnknownFamily, family_for
-from .serverinfo import ServerInfo
+from podkit.plan.families import UnknownFamily, family_for
+from podkit.client.serverinfo import ServerInfo
 
 
 class Outcome(enum.IntEnum):
@@ -274,7 +274,7 @@ class Verifier:
         self, base_url: str, api_key: str, model: str, timeout: float = 60.0,
         server: Callable[[], ServerInfo] | None = None,
     ) -> None:
-        """``server`` reads the host (``podkit.serverinfo.describe``) for the key checks and
+        """``server`` reads the host (``podkit.client.serverinfo.describe``) for the key checks and
         to name a wrong tool parser; without it only the HTTP checks run."""
         self.base_url = base_url.rstrip("/")
         self.server = server

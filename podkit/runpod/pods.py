@@ -21,7 +21,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from .endpoints import proxy_url
+from podkit.client.targets import proxy_url
 
 API_URL = "https://api.runpod.io"
 

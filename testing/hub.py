@@ -49,7 +49,7 @@ status, Range, whether an Authorization header came).
 ``bytes_per_second`` throttles file bodies (``/resolve/`` GETs), so a test
 can kill a download midway; it may be changed while the server runs.
 
-Command line: ``python -m podkit.hubserver ROOT [--host H] [--port N]
+Command line: ``python -m testing.hub ROOT [--host H] [--port N]
 [--token T] [--bytes-per-second B]`` prints one line with the endpoint URL
 and serves until SIGTERM/SIGINT.
 """
@@ -73,7 +73,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from .models import safetensors_dtypes
+from podkit.plan.checkpoints import safetensors_dtypes
 
 __all__ = ["LocalHub", "LFS_THRESHOLD", "LFS_SUFFIXES", "main"]
 
@@ -279,7 +279,7 @@ class LocalHub:
             self._thread = None
 
     def serve_forever_in_foreground(self, ready=None) -> None:
-        """Serve in this thread until SIGTERM/SIGINT (for ``python -m podkit.hubserver``).
+        """Serve in this thread until SIGTERM/SIGINT (for ``python -m testing.hub``).
 
         ``ready(url)`` is called once the socket is bound (with ``port=0`` that is when the port is known).
         """
@@ -786,7 +786,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m podkit.hubserver",
+        prog="python -m testing.hub",
         description="Serve ROOT/<org>/<name>/ folders over the Hugging Face Hub HTTP protocol.",
     )
     parser.add_argument("root", type=Path)
@@ -800,7 +800,7 @@ def main(argv: list[str] | None = None) -> int:
     hub = LocalHub(args.root, host=args.host, port=args.port, token=args.token,
                    bytes_per_second=args.bytes_per_second)
     hub.serve_forever_in_foreground(
-        ready=lambda url: print(f"podkit.hubserver: serving {args.root} at {url}", flush=True)
+        ready=lambda url: print(f"testing.hub: serving {args.root} at {url}", flush=True)
     )
     return 0
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .config import Settings
-from .families import Family, UnknownFamily, family_for
-from .fetch import FetchSpec
-from .hoststate import HostState
-from .models import Checkpoint, ModelError, find_fp8_alternative, from_hub, from_probe
-from .plan import Hardware, PlanError, gpu_by_name, make_plan
+from podkit.settings import Settings
+from podkit.plan.families import Family, UnknownFamily, family_for
+from podkit.host.fetch import FetchSpec
+from podkit.host.probe import HostState
+from podkit.plan.checkpoints import Checkpoint, ModelError, find_fp8_alternative, from_hub, from_probe
+from podkit.plan.memory import Hardware, PlanError, gpu_by_name, make_plan
 
 AUTO = "auto"
 

@@ -16,7 +16,7 @@ import shlex
 from dataclasses import dataclass
 from importlib import resources
 
-from .config import Paths
+from podkit.settings import Paths
 
 _HEREDOC = "PODKIT_FETCH_EOF"
 

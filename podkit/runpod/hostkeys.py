@@ -40,8 +40,8 @@ from typing import Iterable
 
 import paramiko
 
-from . import PROJECT_ROOT
-from .pods import PodHost, Skipped
+from podkit import PROJECT_ROOT
+from podkit.runpod.pods import PodHost, Skipped
 
 ACCEPT_ENV = "PODKIT_ACCEPT_NEW_HOST_KEY"
 #: seconds of slack between the API's uptime and our clock when dating a restart

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from .config import UNIT_NAME, UNIT_PATH, PackageSpec, Settings
-from .plan import supports_fp8
+from podkit.settings import UNIT_NAME, UNIT_PATH, PackageSpec, Settings
+from podkit.plan.memory import supports_fp8
 
 _HEREDOC = "PODKIT_PODCTL_EOF"
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from .config import Settings
-from .diagnose import diagnose
-from .hoststate import server_config
+from podkit.settings import Settings
+from podkit.host.diagnose import diagnose
+from podkit.host.probe import server_config
 
 CRASH_LIMIT = 2
 

@@ -1,0 +1,2 @@
+"""What a client of a converged endpoint does: find it (targets), read what runs on the host
+(serverinfo), prove it works (verify), measure speed (bench) and behaviour (eval)."""

@@ -1,0 +1,1 @@
+"""eval: coding tasks as data (``tasks/``), run against the endpoint and scored automatically."""
