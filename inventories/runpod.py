@@ -24,17 +24,14 @@ Environment:
 
 For another selection, edit select() below. Every pod's host data carries
 runpod_pod_id, runpod_gpu_name, runpod_gpu_count, runpod_cost_per_hr,
-runpod_public_ip, runpod_tcp_ports, runpod_proxy_url and podkit_volume (the
+runpod_public_ip, runpod_tcp_ports and podkit_volume (the
 pod's volume mount path); settings for every pod go in group_data/runpod.py.
 """
 
 import os
 import sys
-from pathlib import Path
 
-from podkit import PROJECT_ROOT
 from podkit.runpod.hostkeys import PodKeys
-from podkit.inventory_tmp import read_group_data
 from podkit.runpod.pods import PodsError, by_prefix, hosts_for, list_pods
 
 select = by_prefix(os.environ.get("PODKIT_POD_PREFIX", ""))
@@ -45,12 +42,11 @@ def _say(line):
 
 
 def _pods():
-    data = {**read_group_data("all", PROJECT_ROOT), **read_group_data("runpod", PROJECT_ROOT, Path(__file__).parent)}
     try:
         pods = list_pods(os.environ.get("RUNPOD_API_KEY"))
     except PodsError as exc:
         sys.exit(f"inventories/runpod.py: {exc}")
-    hosts, skipped = hosts_for(pods, select, served_port=int(data.get("vllm_port", 8000)))
+    hosts, skipped = hosts_for(pods, select)
     hosts, changed, notes = PodKeys().check(hosts)
     skipped += changed
     for line in notes:

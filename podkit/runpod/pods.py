@@ -21,7 +21,6 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from podkit.client.targets import proxy_url
 
 API_URL = "https://api.runpod.io"
 
@@ -69,12 +68,12 @@ def public_tcp_ports(pod: dict[str, Any]) -> tuple[str | None, dict[str, int]]:
 
 
 def pod_host(
-    pod: dict[str, Any], name: str | None = None, allow_no_gpu: bool = False, served_port: int = 8000,
-    now: float | None = None,
+    pod: dict[str, Any], name: str | None = None, allow_no_gpu: bool = False, now: float | None = None,
 ) -> PodHost | Skipped:
     """The SSH host for a RunPod pod (a ``get_pods()`` entry), or why it is left out.
-    ``served_port`` is vLLM's port inside the pod, for the HTTP proxy URL; ``now`` (epoch
-    seconds, default the clock) dates the container's start from ``uptimeSeconds``."""
+    ``now`` (epoch seconds, default the clock) dates the container's start from ``uptimeSeconds``.
+    RunPod's HTTP proxy address is not stored: the endpoint rule makes it from the pod id and
+    the served port (``podkit.client.targets``), so it follows ``vllm_port``."""
     pod_id = str(pod.get("id") or "?")
     name = name or pod.get("name") or pod_id
     status = pod.get("desiredStatus")
@@ -103,7 +102,6 @@ def pod_host(
         "runpod_cost_per_hr": pod.get("costPerHr"),
         "runpod_public_ip": ip,
         "runpod_tcp_ports": ports,
-        "runpod_proxy_url": proxy_url(pod_id, served_port),
     }
     if pod.get("volumeMountPath"):
         data["podkit_volume"] = pod["volumeMountPath"]
@@ -121,7 +119,6 @@ def hosts_for(
     pods: Iterable[dict[str, Any]],
     select: Callable[[dict[str, Any]], bool],
     allow_no_gpu: bool = False,
-    served_port: int = 8000,
 ) -> tuple[list[PodHost], list[Skipped]]:
     """The selected pods as hosts, and the selected pods left out. Host names are
     the pod names, made unique with the pod id where two pods share a name."""
@@ -131,7 +128,7 @@ def hosts_for(
     skipped: list[Skipped] = []
     for pod, name in zip(chosen, names):
         unique = name if names.count(name) == 1 else f"{name}-{pod.get('id')}"
-        entry = pod_host(pod, _host_name(unique), allow_no_gpu, served_port)
+        entry = pod_host(pod, _host_name(unique), allow_no_gpu)
         (hosts if isinstance(entry, PodHost) else skipped).append(entry)
     return hosts, skipped
 

@@ -6,7 +6,7 @@ import pytest
 
 from podkit.runpod.hostkeys import PodKeys, scan
 from podkit.runpod.pods import PodHost
-from podkit.host.shell import run
+from podkit_cli.hosts import run_on as run
 from podkit.sandbox.sshd import PrivateSshd
 
 pytestmark = pytest.mark.skipif(shutil.which("sshd") is None and not shutil.os.path.exists("/usr/sbin/sshd"),
@@ -41,7 +41,7 @@ def test_first_use_then_silence_then_a_changed_key_is_refused_until_accepted(tmp
     assert len(notes) == 1 and "new pod, trusting its host key SHA256:" in notes[0]
     # pyinfra (paramiko) connects with strict checking against the file written for this run
     assert kept[0].data["ssh_strict_host_key_checking"] == "yes"
-    assert run("coder-1", kept[0].data, "echo hello").stdout == "hello\n"
+    assert run("coder-1", kept[0].data, "echo hello").stdout.strip() == "hello"
 
     kept, skipped, notes = keys.check([pod("pod-a", ssh)], accept=set())
     assert len(kept) == 1 and not skipped and not notes
@@ -56,7 +56,7 @@ def test_first_use_then_silence_then_a_changed_key_is_refused_until_accepted(tmp
 
     kept, skipped, notes = keys.check([pod("pod-a", again)], accept={"pod-a"})
     assert len(kept) == 1 and "accepting its new host key" in notes[0]
-    assert run("coder-1", kept[0].data, "echo again").stdout == "again\n"
+    assert run("coder-1", kept[0].data, "echo again").stdout.strip() == "again"
 
 
 @pytest.mark.parametrize(
@@ -77,7 +77,7 @@ def test_a_restart_the_api_reports_explains_a_new_key(tmp_path, sshds, started_t
     assert (len(kept), len(skipped)) == ((1, 0) if trusted else (0, 1))
     if trusted:
         assert "restarted since its host key was recorded" in notes[0]
-        assert run("coder-1", kept[0].data, "echo up").stdout == "up\n"
+        assert run("coder-1", kept[0].data, "echo up").stdout.strip() == "up"
     else:
         assert "shows no restart" in skipped[0].line()
 

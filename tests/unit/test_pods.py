@@ -66,7 +66,6 @@ def test_a_running_pod_is_reached_by_its_public_ip_and_mapped_ssh_port():
         "runpod_cost_per_hr": 2.69,
         "runpod_public_ip": "203.0.113.10",
         "runpod_tcp_ports": {"22": 40122},  # the http port is not a public TCP port
-        "runpod_proxy_url": "https://k3x9pq2m7a1b4c-8000.proxy.runpod.net",
         "podkit_volume": "/workspace",
     }
 
@@ -77,7 +76,7 @@ def test_the_containers_start_is_dated_from_the_apis_uptime():
 
 
 def test_an_exposed_tcp_port_and_another_volume_path_are_carried():
-    host = pod_host(POD["coder-2"], served_port=8000)
+    host = pod_host(POD["coder-2"])
     assert host.data["runpod_tcp_ports"] == {"22": 22091, "8000": 22092}
     assert host.data["podkit_volume"] == "/runpod-volume"
     assert host.data["runpod_gpu_count"] == 2

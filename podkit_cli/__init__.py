@@ -1,0 +1,42 @@
+"""podkit's command line: one module per command group, installed as the ``podkit`` command.
+
+    podkit sandbox up            start the local sandbox pod (idempotent)
+    podkit verify INVENTORY      prove an endpoint works for a coding agent
+    podkit plan MODEL --gpu H100 will the model and its context fit
+    podkit key rotate            make a new API key (then re-apply the deploy)
+
+``podkit ...`` in a checkout is the same command. Every command takes
+--json where it reports something; messages go to stderr.
+"""
+
+from __future__ import annotations
+
+import click
+
+from podkit import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="podkit")
+def cli():
+    """podkit: turn an SSH-reachable GPU box into a verified vLLM endpoint."""
+
+
+def _register() -> None:
+    from . import bench, cache, evaluate, key, plan, sandbox, verify
+
+    cli.add_command(sandbox.sandbox)
+    cli.add_command(verify.verify)
+    cli.add_command(plan.plan)
+    cli.add_command(cache.cache)
+    cli.add_command(bench.bench)
+    cli.add_command(evaluate.eval_group)
+    cli.add_command(key.key)
+
+
+_register()
+
+
+def main() -> None:
+    """The ``podkit`` console script."""
+    cli()

@@ -1,0 +1,170 @@
+"""Hosts as the deploy sees them: pyinfra's own inventory loader and SSH connector.
+
+The commands that read hosts (verify, bench, eval, cache) load an inventory with
+pyinfra's loader (``pyinfra_cli.inventory.make_inventory``: the same group_data
+folders, precedence and Python inventories as ``pyinfra INVENTORY deploy.py``)
+and run their one remote command through pyinfra's SSH connector (the same
+``ssh_*`` data, known_hosts file and strict host-key checking). There is no
+second loader or SSH client to drift from the deploy's.
+
+Importing ``pyinfra_cli`` monkey-patches the whole process with gevent. The
+deploy wants that; these commands do not (bench times requests on real
+threads), so the package is imported with the patch held off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from podkit import PROJECT_ROOT, project_path
+from podkit.host.shell import RemoteError, Result
+from podkit.keys import ApiKeyError, read_key
+from podkit.settings import Settings, SettingsError
+
+_LOCK = threading.Lock()
+
+
+def _pyinfra():
+    """pyinfra's inventory loader and state, without gevent's monkey-patching of this process."""
+    import gevent.monkey
+
+    patch_all = gevent.monkey.patch_all
+    gevent.monkey.patch_all = lambda *args, **kwargs: None
+    try:
+        from pyinfra.api import Config, State
+        from pyinfra.context import ctx_inventory, ctx_state
+        from pyinfra_cli.inventory import make_inventory
+    finally:
+        gevent.monkey.patch_all = patch_all
+    return make_inventory, Config, State, ctx_state, ctx_inventory
+
+
+@dataclass
+class Host:
+    """One inventory host: its name, validated settings and data, and a way to run a command on it."""
+
+    name: str
+    settings: Settings | None
+    data: dict[str, Any]
+    _host: Any = field(default=None, repr=False)
+
+    def run(self, command: str, timeout: float = 120) -> Result:
+        """Run ``command`` over pyinfra's SSH connector. Raises :class:`RemoteError` when the host
+        cannot be reached; a command that fails is a :class:`Result` with a non-zero status."""
+        from pyinfra.api.command import StringCommand
+        from pyinfra.api.exceptions import ConnectError, PyinfraError
+
+        try:
+            if not self._host.connected:
+                self._host.connect(reason="podkit", show_errors=False, raise_exceptions=True)
+            ok, output = self._host.run_shell_command(StringCommand(command), _timeout=timeout)
+        except (ConnectError, PyinfraError, OSError) as exc:
+            detail = exc.args[0] if exc.args else type(exc).__name__
+            raise RemoteError(f"{self.name}: cannot run the command over SSH ({detail})") from None
+        except Exception as exc:  # paramiko and gevent timeouts: name them, never a traceback
+            raise RemoteError(f"{self.name}: cannot run the command over SSH ({type(exc).__name__}: {exc})") from None
+        return Result(0 if ok else 1, output.stdout, output.stderr)
+
+    def disconnect(self) -> None:
+        if self._host is not None and self._host.connected:
+            self._host.disconnect()
+
+
+def _with_state(make):
+    """An inventory from ``make(make_inventory)``, with the pyinfra state its hosts connect through."""
+    make_inventory, Config, State, ctx_state, ctx_inventory = _pyinfra()
+    from pyinfra.connectors.sshuserclient.client import get_host_keys
+
+    with _LOCK:
+        # pyinfra reads each known_hosts file once per process (memoized): right for one
+        # deploy, stale for a second state in the same process after the file changed.
+        get_host_keys.cache.clear()
+        state = State(check_for_changes=False)
+        state.cwd = str(PROJECT_ROOT)
+        ctx_state.set(state)
+        inventory = make(make_inventory)
+        ctx_inventory.set(inventory)
+        state.init(inventory, Config())
+    return inventory
+
+
+def run_on(name: str, data: dict[str, Any], command: str, timeout: float = 120) -> Result:
+    """Run ``command`` on a host given only by its pyinfra data (``ssh_*``), as the deploy would reach it."""
+    from pyinfra.api import Inventory
+
+    inventory = _with_state(lambda _: Inventory(([(name, dict(data))], {})))
+    host = Host(name, None, dict(data), inventory.get_host(name))
+    try:
+        return host.run(command, timeout)
+    finally:
+        host.disconnect()
+
+
+def load_hosts(inventory: str, host_names: tuple[str, ...] = ()) -> list[Host]:
+    """Each selected host of ``inventory`` with its data exactly as the deploy sees it."""
+    if not project_path(inventory).exists():
+        raise click.BadParameter(f"{inventory}: no such inventory file", param_hint="INVENTORY")
+
+    def load(make_inventory):
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                return make_inventory(str(project_path(inventory)), cwd=str(PROJECT_ROOT))
+        except SystemExit as exc:  # a dynamic inventory's own one-line refusal (inventories/runpod.py)
+            raise click.ClickException(str(exc.code) if exc.code not in (None, 0) else f"{inventory} exited")
+        except click.ClickException:
+            raise
+        except Exception as exc:
+            raise click.ClickException(f"cannot load {inventory}: {type(exc).__name__}: {exc}")
+
+    loaded = _with_state(load)
+    hosts = []
+    for host in loaded:
+        if host_names and host.name not in host_names:
+            continue
+        data = host.data.dict()
+        try:
+            settings = Settings.from_mapping(data)
+        except SettingsError as exc:
+            raise click.ClickException(f"{host.name}: {exc}")
+        hosts.append(Host(host.name, settings, data, host))
+    if not hosts:
+        wanted = f" named {', '.join(host_names)}" if host_names else ""
+        raise click.BadParameter(f"no hosts{wanted} in {inventory}", param_hint="INVENTORY")
+    return hosts
+
+
+class Target:
+    """One host as a client sees it: its name, settings, data, endpoint URL and API key."""
+
+    def __init__(self, host: Host, key: str):
+        from podkit.client.targets import endpoint_url
+
+        self.host = host
+        self.name, self.settings, self.data, self.key = host.name, host.settings, host.data, key
+        self.url = endpoint_url(host.name, host.data, host.settings.host, host.settings.port)
+        self.model = host.settings.served_model_name
+
+    def run(self, command: str, timeout: float = 120) -> Result:
+        return self.host.run(command, timeout)
+
+
+def load_targets(inventory: str, host_names: tuple[str, ...] = ()) -> list[Target]:
+    """Every selected host with its endpoint and the key the deploy gave it (read-only commands)."""
+    targets = []
+    for host in load_hosts(inventory, host_names):
+        try:
+            key = read_key(project_path(host.settings.api_key_file))
+        except ApiKeyError as exc:
+            raise click.ClickException(str(exc))
+        if key is None:
+            raise click.ClickException(
+                f"{host.name}: no API key at {host.settings.api_key_file}; apply the deploy first (it creates the key)"
+            )
+        targets.append(Target(host, key))
+    return targets

@@ -1,0 +1,108 @@
+"""``podkit plan``: will a model and its context fit, before anything is downloaded?"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+def _max_model_len(ctx, param, value):
+    if value == "auto":
+        return value
+    try:
+        number = int(value)
+    except ValueError:
+        raise click.BadParameter("a token count or 'auto'")
+    if number < 16:
+        raise click.BadParameter("at least 16 tokens")
+    return number
+
+
+@click.command()
+@click.argument("model")
+@click.option("--gpu", "gpu_name", help="Card by name: H100, H200, A100 80GB, L40S, L4, A6000, RTX 4090 ...")
+@click.option("--gpu-memory-gib", type=click.FloatRange(min=1), help="Total memory per GPU as torch reports it (H100 80GB: 79.19).")
+@click.option("--gpus", "gpu_count", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--tensor-parallel-size", type=click.IntRange(min=1), help="Default: every GPU.")
+@click.option("--gpu-memory-utilization", type=click.FloatRange(0.05, 1.0), default=0.9, show_default=True)
+@click.option("--max-model-len", default="auto", callback=_max_model_len, show_default=True, help="Tokens, or auto.")
+@click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto", show_default=True)
+@click.option("--quantization", type=click.Choice(["fp8"]), help="Runtime FP8 quantization of a BF16 checkpoint.")
+@click.option("--disk-free-gib", type=click.FloatRange(min=0), help="Free space on the volume, to check the download.")
+@click.option("--no-fp8-search", is_flag=True, help="Do not look for an FP8 sibling checkpoint.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as one JSON object.")
+def plan(model, gpu_name, gpu_memory_gib, gpu_count, tensor_parallel_size, gpu_memory_utilization,
+         max_model_len, kv_cache_dtype, quantization, disk_free_gib, no_fp8_search, as_json):
+    """Will MODEL and its context fit, before anything is downloaded?
+
+    MODEL is a hub repo id (optionally @revision) or a local checkpoint folder.
+    Reads only metadata (config, file sizes, safetensors headers). Exit 0 when
+    it fits, 1 when it does not (the plan is still printed), 2 for bad input.
+
+    \b
+    podkit plan Qwen/Qwen3-Coder-30B-A3B-Instruct --gpu H100 --max-model-len 65536
+    podkit plan meta-llama/Llama-3.1-8B-Instruct --gpu L4 --disk-free-gib 20 --json
+    """
+    from podkit.plan.families import UnknownFamily, family_for
+    from podkit.plan.checkpoints import ModelError, find_fp8_alternative, from_directory, from_hub, is_local
+    from podkit.plan.memory import GIB, Hardware, PlanError, gpu_by_name, make_plan
+
+    if bool(gpu_name) == bool(gpu_memory_gib):
+        raise click.BadParameter("give exactly one of --gpu NAME or --gpu-memory-gib GIB")
+    try:
+        if gpu_name:
+            card, memory, capability = gpu_by_name(gpu_name)
+        else:
+            card, memory, capability = None, gpu_memory_gib, None
+        checkpoint = from_directory(model) if is_local(model) else from_hub(model)
+    except PlanError as exc:
+        raise click.BadParameter(str(exc), param_hint="--gpu")
+    except ModelError as exc:
+        raise click.BadParameter(str(exc), param_hint="MODEL")
+    fp8 = None if no_fp8_search else find_fp8_alternative(checkpoint)
+    try:
+        family = family_for(checkpoint.repo, checkpoint.config)
+        family_error = None
+    except UnknownFamily as exc:
+        family, family_error = None, str(exc)
+    try:
+        result = make_plan(
+            checkpoint, Hardware(card, memory, gpu_count, capability), fp8_alternative=fp8,
+            tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, runtime_fp8=quantization == "fp8",
+            disk_free_bytes=int(disk_free_gib * GIB) if disk_free_gib is not None else None, family=family,
+        )
+    except PlanError as exc:
+        raise click.BadParameter(str(exc))
+    result["family_error"] = family_error
+    if as_json:
+        click.echo(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        _print_plan(result)
+    sys.exit(0 if result["fits"] else 1)
+
+
+def _print_plan(p) -> None:
+    ck = p["checkpoint"]
+    rows = [
+        ("checkpoint", f"{ck['repo']}{'@' + ck['revision'][:12] if ck['revision'] else ''}"
+                       f"{' (FP8)' if ck['is_fp8'] else ''}"),
+        ("FP8 alternative", p["fp8_alternative"] or "none found"),
+        ("download", f"{p['download_bytes'] / 1e9:.1f} GB in {len(p['download_files'])} files"),
+        ("weights per GPU", f"{p['weights_gib_per_gpu']} GiB" if p["weights_gib_per_gpu"] is not None else "-"),
+        ("KV bytes per token", p["kv_bytes_per_token"]),
+        ("KV cache", f"{p['available_kv_cache_gib']} GiB = {p['kv_cache_tokens']} tokens"),
+        ("max model len", f"{p['max_model_len']} (longest that fits: {p['max_model_len_fit']})"),
+        ("max concurrency", p["max_concurrency"]),
+        ("tensor parallel", p["tensor_parallel_size"]),
+        ("tool-call parser", p["tool_call_parser"] or p.get("family_error") or "-"),
+        ("reasoning parser", p["reasoning_parser"] or "-"),
+        ("vLLM", p["vllm_version"]),
+    ]
+    for label, value in rows:
+        click.echo(f"{label:<20} {value}")
+    verdict = click.style("FITS", fg="green") if p["fits"] else click.style("DOES NOT FIT", fg="red")
+    click.echo(f"\n{verdict}: {p['reason']}")
+    for suggestion in p["suggestions"]:
+        click.echo(f"  - {suggestion}")
