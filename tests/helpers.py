@@ -1,17 +1,15 @@
-"""Shared by unit tests: the deploy's settings as group_data/all.py gives them."""
+"""Shared by unit tests: the deploy's settings as their declarations give them."""
 
 from pathlib import Path
 
-from podkit.settings import KEYS, Settings
+from podkit.settings import Settings, defaults
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def default_data(**overrides):
-    """group_data/all.py's values for every key (as pyinfra would load them), then ``overrides``."""
-    namespace = {}
-    exec((ROOT / "group_data" / "all.py").read_text(), namespace)
-    return {**{key: namespace[key] for key in KEYS}, **overrides}
+    """Every setting's declared default (what group_data/all.py gives every host), then ``overrides``."""
+    return {**defaults(), **overrides}
 
 
 def settings(**overrides) -> Settings:

@@ -1,40 +1,62 @@
-"""Settings: every datum validated with an error that names the key and the fix."""
+"""Settings: declared once, every datum validated with an error that names the key and the fix."""
 
-import ast
+import dataclasses
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from podkit.settings import KEYS, PackageSpec, Paths, Settings, SettingsError, default_served_name
+from podkit.settings import (
+    KEYS, SETTINGS, PackageSpec, Paths, Settings, SettingsError, default_served_name, defaults, settings_table,
+)
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def sample_data():
-    """group_data/all.py's values, read as the deploy reads them."""
-    namespace = {}
-    exec((ROOT / "group_data" / "all.py").read_text(), namespace)
-    return {key: namespace[key] for key in KEYS}
+    """Every setting's declared default: what group_data/all.py gives every host."""
+    return defaults()
 
 
-def test_group_data_defines_every_key_with_a_comment():
-    source = (ROOT / "group_data" / "all.py").read_text()
-    lines = source.splitlines()
-    assigned = {}
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign):
-            assigned[node.targets[0].id] = node.lineno
-    assert set(assigned) == set(KEYS)
-    for name, lineno in assigned.items():
-        assert lines[lineno - 2].lstrip().startswith("#"), f"{name} needs a comment above it"
+def test_each_setting_is_declared_once_with_a_one_line_meaning():
+    names = [setting.name for setting in SETTINGS]
+    assert len(names) == len(set(names)) and list(KEYS) == names
+    for setting in SETTINGS:
+        assert setting.name.startswith(("podkit_", "vllm_")), setting.name
+        assert setting.meaning.strip() and "\n" not in setting.meaning, setting.name
+    fields = [field.name for field in dataclasses.fields(Settings)]
+    assert fields == [setting.name.split("_", 1)[1] for setting in SETTINGS]
 
 
-def test_readme_settings_table_lists_every_key():
+def test_defaults_are_fresh_copies():
+    data = defaults()
+    data["vllm_extra_args"].append("--enforce-eager")
+    data["vllm_generation_config"]["temperature"] = 1.0
+    assert defaults()["vllm_extra_args"] == [] and defaults()["vllm_generation_config"]["temperature"] == 0.15
+
+
+def test_group_data_all_gives_exactly_the_declared_defaults_to_pyinfra():
+    # pyinfra's own reader, in a child process (importing pyinfra_cli monkey-patches the process with gevent)
+    code = (
+        "import json; from pyinfra.api import State; from pyinfra.context import ctx_state; "
+        "from pyinfra_cli.inventory import _get_group_data; ctx_state.set(State()); "
+        "print(json.dumps(_get_group_data('group_data/all.py')['all']))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == json.loads(json.dumps(defaults()))
+
+
+def test_readme_settings_table_is_the_declarations():
     readme = (ROOT / "README.md").read_text()
-    settings = readme.split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]  # other sections have tables too
-    table = set(re.findall(r"^\| `([a-z0-9_]+)` \|", settings, re.M))
-    assert table == set(KEYS)
+    section = readme.split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]  # other sections have tables too
+    table = "".join(line + "\n" for line in section.splitlines() if line.startswith("|"))
+    assert table == settings_table(), (
+        "README's Settings table differs from podkit/settings.py: paste in the output of "
+        "python -c 'from podkit.settings import settings_table; print(settings_table(), end=\"\")'"
+    )
 
 
 def test_defaults_validate():
@@ -65,6 +87,35 @@ def test_defaults_validate():
 def test_bad_datum_names_key_and_fix(key, value, message):
     with pytest.raises(SettingsError, match=re.escape(message)):
         Settings.from_mapping({**sample_data(), key: value})
+
+
+@pytest.mark.parametrize(
+    "key, message",
+    [
+        ("vllm_max_model_length", "unknown setting vllm_max_model_length; did you mean vllm_max_model_len?"),
+        ("podkit_volumes", "unknown setting podkit_volumes; did you mean podkit_volume?"),
+        ("podkit_zzz", "unknown setting podkit_zzz; every setting is declared in podkit/settings.py"),
+    ],
+)
+def test_unknown_setting_is_refused_with_the_closest_name(key, message):
+    with pytest.raises(SettingsError, match=f"^{re.escape(message)}$"):
+        Settings.from_mapping({**sample_data(), key: 1})
+
+
+def test_other_host_data_is_not_a_setting():
+    data = {**sample_data(), "ssh_user": "ubuntu", "runpod_pod_id": "abc", "runpod_tcp_ports": {"8000": 40000}}
+    assert Settings.from_mapping(data).port == 8000
+
+
+def test_endpoint_url_is_an_http_url_or_none():
+    assert settings_with(podkit_endpoint_url="https://llm.example.com/").endpoint_url == "https://llm.example.com"
+    assert settings_with(podkit_endpoint_url=None).endpoint_url is None
+    with pytest.raises(SettingsError, match="podkit_endpoint_url must be an http"):
+        settings_with(podkit_endpoint_url="llm.example.com")
+
+
+def settings_with(**data):
+    return Settings.from_mapping({**sample_data(), **data})
 
 
 def test_missing_keys_say_run_from_project_root():
