@@ -66,7 +66,7 @@ def bench(inventory, host_names, lengths, ttft_requests, concurrency, rounds, pr
     from pathlib import Path
 
     from podkit import project_path
-    from podkit.client.bench.run import Bench, BenchAborted, Options, failed_record, overall, record_path, table, write_chart
+    from podkit.client.bench import Bench, BenchAborted, Options, failed_record, overall, record_path, table, write_chart
     from podkit.client.targets import cost_per_hour, each_host
     from podkit.client.serverinfo import describe
 

@@ -39,7 +39,7 @@ def eval_group():
 
 
 def _profile_names(ctx, param, value):
-    from podkit.client.eval.harness import PROFILES
+    from podkit.client.eval import PROFILES
 
     for name in value:
         if name not in PROFILES:
@@ -48,7 +48,7 @@ def _profile_names(ctx, param, value):
 
 
 def _task_names(ctx, param, value):
-    from podkit.client.eval.harness import TASK_ORDER
+    from podkit.client.eval import TASK_ORDER
 
     for name in value:
         if name not in TASK_ORDER:
@@ -95,8 +95,8 @@ def eval_run(inventory, host_names, profile_names, task_names, runs, max_tokens,
 
     from podkit import project_path
     from podkit.client.targets import each_host
-    from podkit.client.eval.harness import load_tasks, run_host, table
-    from podkit.client.verify import Outcome, worst
+    from podkit.client.eval import load_tasks, run_host, table
+    from podkit.client.outcome import Outcome, worst
 
     targets = load_targets(inventory, host_names)
     tasks = load_tasks(task_names)
@@ -138,7 +138,7 @@ def eval_compare(record_a, record_b, as_json):
     \b
     podkit eval compare runs/eval/20250101T120000Z-coder-1.json runs/eval/20250102T090000Z-coder-1.json
     """
-    from podkit.client.eval.harness import compare, compare_table, load_record
+    from podkit.client.eval import compare, compare_table, load_record
 
     try:
         comparison = compare(load_record(record_a), load_record(record_b))

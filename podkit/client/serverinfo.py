@@ -17,7 +17,7 @@ from typing import Any
 
 from podkit.settings import Settings
 from podkit.host.probe import managed_files, podctl_command, server_config
-from podkit.host.shell import RemoteError, run
+from podkit.host.shell import RemoteError, Run
 
 
 @dataclass
@@ -96,11 +96,11 @@ def parse_describe(host: str, settings: Settings, output: str) -> ServerInfo:
     return info
 
 
-def describe(host: str, settings: Settings, data: dict[str, Any], leaks: bool = False) -> ServerInfo:
-    """Ask ``host`` (over SSH, one command) what it serves; with ``leaks``, also where the API key
-    shows outside its file (verify's checks). Never raises for an unreachable host."""
+def describe(host: str, settings: Settings, run: Run, leaks: bool = False) -> ServerInfo:
+    """Ask ``host`` (one remote command through ``run``) what it serves; with ``leaks``, also where
+    the API key shows outside its file (verify's checks). Never raises for an unreachable host."""
     try:
-        result = run(host, data, podctl_command("describe", describe_config(settings, leaks)), timeout=30)
+        result = run(podctl_command("describe", describe_config(settings, leaks)), 30)
     except RemoteError as exc:
         return ServerInfo(host, served_model_name=settings.served_model_name, error=str(exc))
     if result.status != 0:

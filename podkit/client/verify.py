@@ -3,27 +3,25 @@ and that the API key has not leaked on the host.
 
 Each check returns a :class:`Check` (pass/fail, a reason that names the fix,
 and its time). Nothing here changes the server. The checks speak HTTP to the
-endpoint the way a client does: plain requests for /health and the 401 check,
-the ``openai`` client for completions and tool calls. The host checks read
+endpoint the way a client does, through :class:`podkit.client.api.VllmApi`:
+plain requests for /health and the 401 check, the ``openai`` client for
+completions and tool calls. The host checks read
 one ``podctl describe`` over SSH (:func:`podkit.client.serverinfo.describe`), run
 beside the HTTP checks: the running server's flags (to name a wrong tool
 parser) and where the key shows outside its file (process argv, the server
 log and its rotated copies, the managed scripts), reported as pids, programs,
 files and line numbers, never the key.
 
-Exit codes (:class:`Outcome`): 0 all pass, 1 other failure, 2 bad input (click),
+Exit codes (:class:`podkit.client.outcome.Outcome`, imported here too): 0 all pass, 1 other failure, 2 bad input (click),
 3 unreachable (the endpoint, or the host over SSH), 4 auth, 5 tool calling,
 6 secret exposed (the key is in a process's argv, a log or a script on the host).
 """
 
 from __future__ import annotations
 
-import enum
 import json
 import os
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -31,20 +29,10 @@ from typing import Any, Callable
 
 import openai
 
-from podkit.plan.families import UnknownFamily, family_for
+from podkit.client.api import VllmApi
+from podkit.client.outcome import Outcome, worst
 from podkit.client.serverinfo import ServerInfo
-
-
-class Outcome(enum.IntEnum):
-    """Exit codes, so scripts can tell failure classes apart (after httpie's)."""
-
-    OK = 0
-    ERROR = 1  # anything not classified below
-    # 2 is click's code for bad input
-    UNREACHABLE = 3
-    AUTH = 4
-    TOOL_CALLING = 5
-    SECRET_EXPOSED = 6  # the API key is in a process's argv, the server log or a script on the host
+from podkit.plan.families import UnknownFamily, family_for
 
 
 @dataclass
@@ -87,22 +75,6 @@ class Report:
             "seconds": self.seconds,
             "checks": [check.as_dict() for check in self.checks],
         }
-
-
-def worst(outcomes) -> Outcome:
-    """The outcome that explains the others (see :func:`severity`); OK when there is none."""
-    failed = [outcome for outcome in outcomes if outcome != Outcome.OK]
-    return min(failed, key=severity) if failed else Outcome.OK
-
-
-def severity(outcome: Outcome) -> int:
-    """The first cause wins: unreachable explains auth failures, auth explains tool failures.
-
-    An exposed key comes before all of them: it needs action (rotate the key)
-    whatever else fails, and nothing else explains it.
-    """
-    order = [Outcome.SECRET_EXPOSED, Outcome.UNREACHABLE, Outcome.AUTH, Outcome.TOOL_CALLING, Outcome.ERROR]
-    return order.index(outcome)
 
 
 WEATHER_TOOL = {
@@ -253,20 +225,6 @@ def key_checks(info: ServerInfo, seconds: float) -> list[Check]:
     return checks
 
 
-def _http_status(url: str, key: str | None, timeout: float) -> tuple[int | None, bytes, str]:
-    request = urllib.request.Request(url)
-    if key:
-        request.add_header("Authorization", f"Bearer {key}")
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(request, timeout=timeout) as response:
-            return response.status, response.read(), ""
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read(), ""
-    except (OSError, ValueError) as exc:
-        return None, b"", str(getattr(exc, "reason", exc))
-
-
 class Verifier:
     """Runs the checks against ``base_url`` (``http://host:port``) for ``model``."""
 
@@ -276,15 +234,10 @@ class Verifier:
     ) -> None:
         """``server`` reads the host (``podkit.client.serverinfo.describe``) for the key checks and
         to name a wrong tool parser; without it only the HTTP checks run."""
-        self.base_url = base_url.rstrip("/")
+        self.api = VllmApi(base_url, api_key, model, timeout)
+        self.base_url, self.model, self.client = self.api.base_url, model, self.api.openai
         self.server = server
         self._host = None
-        self.api_key = api_key
-        self.model = model
-        self.timeout = timeout
-        self.client = openai.OpenAI(
-            base_url=f"{self.base_url}/v1", api_key=api_key, max_retries=0, timeout=timeout
-        )
 
     def _timed(self, name: str, func: Callable[[], tuple[bool, str, Outcome]]) -> Check:
         start = time.monotonic()
@@ -299,28 +252,28 @@ class Verifier:
         return Check(name, ok, detail, round(time.monotonic() - start, 3), Outcome.OK if ok else outcome)
 
     def health(self) -> tuple[bool, str, Outcome]:
-        status, _, error = _http_status(f"{self.base_url}/health", None, self.timeout)
-        if status is None:
-            return False, f"no answer from {self.base_url}: {error}", Outcome.UNREACHABLE
-        return status == 200, f"/health answered {status}", Outcome.ERROR
+        answer = self.api.fetch("/health", key=False)
+        if answer.status is None:
+            return False, f"no answer from {self.base_url}: {answer.error}", Outcome.UNREACHABLE
+        return answer.status == 200, f"/health answered {answer.status}", Outcome.ERROR
 
     def auth_required(self) -> tuple[bool, str, Outcome]:
-        status, _, error = _http_status(f"{self.base_url}/v1/models", None, self.timeout)
-        if status is None:
-            return False, f"no answer: {error}", Outcome.UNREACHABLE
-        if status == 401:
+        answer = self.api.fetch("/v1/models", key=False)
+        if answer.status is None:
+            return False, f"no answer: {answer.error}", Outcome.UNREACHABLE
+        if answer.status == 401:
             return True, "/v1/models refuses a request without the key (401)", Outcome.OK
-        return False, f"/v1/models answered {status} without a key: the server runs without auth", Outcome.AUTH
+        return False, f"/v1/models answered {answer.status} without a key: the server runs without auth", Outcome.AUTH
 
     def models(self) -> tuple[bool, str, Outcome]:
-        status, body, error = _http_status(f"{self.base_url}/v1/models", self.api_key, self.timeout)
-        if status is None:
-            return False, f"no answer: {error}", Outcome.UNREACHABLE
-        if status == 401:
+        answer = self.api.fetch("/v1/models")
+        if answer.status is None:
+            return False, f"no answer: {answer.error}", Outcome.UNREACHABLE
+        if answer.status == 401:
             return False, "the server rejects our key (401): re-apply the deploy so both use the same key file", Outcome.AUTH
-        if status != 200:
-            return False, f"/v1/models answered {status}", Outcome.ERROR
-        ids = [m.get("id") for m in json.loads(body).get("data", [])]
+        if answer.status != 200:
+            return False, f"/v1/models answered {answer.status}", Outcome.ERROR
+        ids = [m.get("id") for m in json.loads(answer.body).get("data", [])]
         if self.model not in ids:
             return False, f"/v1/models lists {ids}, not {self.model!r}", Outcome.ERROR
         return True, f"lists {self.model!r}", Outcome.OK
@@ -353,12 +306,12 @@ class Verifier:
         return True, f"first chunk after {first * 1000:.0f} ms, {chunks} chunks, finish_reason={finish}", Outcome.OK
 
     def metrics(self) -> tuple[bool, str, Outcome]:
-        status, body, error = _http_status(f"{self.base_url}/metrics", None, self.timeout)
-        if status is None:
-            return False, f"no answer: {error}", Outcome.UNREACHABLE
-        if status != 200:
-            return False, f"/metrics answered {status}", Outcome.ERROR
-        for line in body.decode(errors="replace").splitlines():
+        answer = self.api.fetch("/metrics", key=False)
+        if answer.status is None:
+            return False, f"no answer: {answer.error}", Outcome.UNREACHABLE
+        if answer.status != 200:
+            return False, f"/metrics answered {answer.status}", Outcome.ERROR
+        for line in answer.body.decode(errors="replace").splitlines():
             if line.startswith("vllm:kv_cache_usage_perc"):
                 return True, f"vllm:kv_cache_usage_perc {float(line.rsplit(' ', 1)[1]):.3f}", Outcome.OK
         return False, "/metrics has no vllm:kv_cache_usage_perc", Outcome.ERROR

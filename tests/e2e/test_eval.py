@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from podkit.client.eval.harness import TASK_ORDER
+from podkit.client.eval import TASK_ORDER
 from podkit.sandbox.tinymodel import _generation_config
 
 pytestmark = pytest.mark.e2e

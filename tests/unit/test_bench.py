@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from podkit.client.bench.run import (
-    MAX_TOKENIZE_CALLS, TTFT_OUTPUT_TOKENS, Bench, BenchAborted, Options, Timing, aggregate_length,
-    aggregate_level, build_prompt, cap_lengths, overall, percentile, record_path, summary, table,
-    usd_per_million_tokens, write_chart,
+from podkit.client.api import VllmApi
+from podkit.client.bench import Bench, BenchAborted, Options, overall, record_path, table, write_chart
+from podkit.client.bench.prompts import MAX_TOKENIZE_CALLS, build_prompt, cap_lengths
+from podkit.client.bench.run import TTFT_OUTPUT_TOKENS
+from podkit.client.bench.stats import (
+    Timing, aggregate_length, aggregate_level, percentile, summary, usd_per_million_tokens,
 )
 from podkit.client.serverinfo import ServerInfo
 
@@ -192,8 +194,8 @@ def png_size(path):
 # ---------------------------------------------------------------- a whole run against a fake server
 
 class FakeVllm(BaseHTTPRequestHandler):
-    """Enough of vLLM's API for bench: /v1/models, /tokenize (a token per word), /version and
-    streamed /v1/completions (a chunk per token, then usage)."""
+    """Enough of vLLM's API for bench: /v1/models, /tokenize (a token per word, of a prompt or a
+    chat), /version and streamed /v1/completions (a chunk per token, then usage)."""
 
     max_model_len = 2048
     key = "k"
@@ -231,7 +233,8 @@ class FakeVllm(BaseHTTPRequestHandler):
             return
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).requests.append((self.path, body))
-        count = len(body["prompt"].split())
+        text = body["prompt"] if "prompt" in body else " ".join(m["content"] for m in body["messages"])
+        count = len(text.split())
         if self.path == "/tokenize":
             return self._json(200, {"count": count, "max_model_len": self.max_model_len})
         self.send_response(200)
@@ -305,6 +308,21 @@ def test_max_model_len_falls_back_to_the_launch_flag(fake_server):
     assert bench.lengths == [64, 512, 1024 - TTFT_OUTPUT_TOKENS]
     assert bench.vllm_version == "0.32.0"  # the host could not say: the server's /version
     assert any("cost omitted" in note for note in bench.notes)
+
+
+def test_the_api_client_gives_statuses_counts_and_never_raises_for_a_plain_request(fake_server):
+    api = VllmApi(fake_server + "/", "k", "m", timeout=10)
+    assert api.base_url == fake_server and api.openai.base_url == fake_server + "/v1/"
+    assert api.fetch("/v1/models", key=False).status == 401
+    models = api.fetch("/v1/models")
+    assert models.ok and json.loads(models.body)["data"][0]["id"] == "m"
+    chat = [{"role": "user", "content": "one two three"}]
+    assert api.count_chat_tokens(chat) == (3, 2048)
+    assert FakeVllm.requests[-1] == ("/tokenize", {"model": "m", "messages": chat, "add_generation_prompt": True})
+    assert api.count_tokens("a b c d") == 4 and api.max_model_len() == 2048 and api.version() == "0.32.0"
+    assert VllmApi(fake_server, "wrong", "m").count_chat_tokens(chat) is None  # refused: eval does not trim
+    gone = VllmApi("http://127.0.0.1:9", "k", "m", timeout=10).fetch("/health")
+    assert gone.status is None and not gone.ok and gone.error
 
 
 def test_a_wrong_key_aborts_as_auth(fake_server):

@@ -11,13 +11,14 @@ import openai
 import pytest
 from click.testing import CliRunner
 
-from cli import cli
-from podkit.client.eval.harness import (
-    PROFILES, TASK_ORDER, Endpoint, PatchError, Unreachable, apply_unified_diff, build_record, compare,
-    compare_table, evaluate, execute_tool, is_noise, load_record, load_tasks, longest_function,
-    profile_differences, generation_config_of, resolve_profiles, run_tool_task, score_code, score_explain,
-    stability, table, summary, write_record,
-)
+from podkit_cli import cli
+from podkit.client.eval import PROFILES, TASK_ORDER, compare, compare_table, load_record, load_tasks, table
+from podkit.client.eval.answers import PatchError, apply_unified_diff
+from podkit.client.eval.endpoint import Endpoint, Unreachable
+from podkit.client.eval.harness import build_record, evaluate, profile_differences, summary, write_record
+from podkit.client.eval.profiles import generation_config_of, resolve_profiles
+from podkit.client.eval.scoring import is_noise, longest_function, score_code, score_explain, stability
+from podkit.client.eval.tools import execute_tool, run_tool_task
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "eval"
 CASES = json.loads((FIXTURES / "cases.json").read_text())
@@ -380,7 +381,8 @@ def test_eval_inventory_falls_through_to_eval_run(tmp_path):
     missing = str(tmp_path / "nowhere.py")
     for args in (["eval", missing], ["eval", "--runs", "2", missing], ["eval", "run", missing]):
         result = runner.invoke(cli, args)
-        assert result.exit_code == 1 and "cannot load" in result.output, (args, result.output)
+        # a missing inventory is bad input (exit 2), as for every command, and names the file
+        assert result.exit_code == 2 and "no such inventory file" in result.output, (args, result.output)
     helped = runner.invoke(cli, ["eval", "--help"])
     assert helped.exit_code == 0 and "compare" in helped.output and "run" in helped.output
     bad = runner.invoke(cli, ["eval", missing, "--profile", "fast"])

@@ -1,17 +1,22 @@
 """Verification logic that needs no server: schema checks, how outcomes rank, naming a wrong
-tool parser, the key checks, and podctl's scan for the key on a host (run here on temp files)."""
+tool parser, the key checks, and podctl's scan for the key on a host (run here on temp files);
+then the plain HTTP checks against a stub server on loopback."""
 
 import json
 import os
 import secrets
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from podkit.remote import podctl
+from podkit.client import verify
+from podkit.client.outcome import Outcome, worst
 from podkit.client.serverinfo import ServerInfo
-from podkit.client.verify import WEATHER_TOOL, Outcome, key_checks, schema_errors, silent_failure, worst, wrong_parser
+from podkit.client.verify import WEATHER_TOOL, key_checks, schema_errors, silent_failure, wrong_parser
 
 SCHEMA = WEATHER_TOOL["function"]["parameters"]
 
@@ -52,6 +57,12 @@ def test_the_first_cause_decides_the_exit_code(outcomes, expected):
 def test_an_exposed_key_outranks_every_other_cause():
     assert worst([Outcome.UNREACHABLE, Outcome.SECRET_EXPOSED, Outcome.TOOL_CALLING]) == Outcome.SECRET_EXPOSED
     assert int(Outcome.SECRET_EXPOSED) == 6
+
+
+def test_the_exit_codes_are_one_enum_shared_by_every_command():
+    assert {o.name: int(o) for o in Outcome} == {"OK": 0, "ERROR": 1, "UNREACHABLE": 3, "AUTH": 4, "TOOL_CALLING": 5,
+                                                 "SECRET_EXPOSED": 6}
+    assert verify.Outcome is Outcome and verify.worst is worst  # the CLI imports them from verify
 
 
 CALL_TEXT = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}</tool_call>'
@@ -207,3 +218,49 @@ def test_podctl_finds_the_key_in_a_process_argv(host):
 
 def test_podctl_without_a_key_file_says_so(tmp_path):
     assert podctl.key_leaks({"key_file": str(tmp_path / "nothing")}) == {"error": f"no API key at {tmp_path}/nothing"}
+
+
+# ---------------------------------------------------------------- the plain HTTP checks against a stub
+
+class StubServer(BaseHTTPRequestHandler):
+    """/health, /metrics (no key) and /v1/models (key "k" lists model "m"), as vLLM answers them."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        if self.path == "/v1/models" and self.headers.get("Authorization") != "Bearer k":
+            status, body = 401, b'{"error": "Unauthorized"}'
+        else:
+            status, body = 200, {
+                "/health": b"", "/v1/models": b'{"data": [{"id": "m"}]}',
+                "/metrics": b"# HELP x\nvllm:kv_cache_usage_perc{model_name=\"m\"} 0.25\n",
+            }[self.path]
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def stub():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), StubServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_plain_checks_read_statuses_with_and_without_the_key(stub):
+    checker = verify.Verifier(stub + "/", "k", "m", timeout=10)
+    assert checker.health() == (True, "/health answered 200", Outcome.ERROR)
+    assert checker.auth_required() == (True, "/v1/models refuses a request without the key (401)", Outcome.OK)
+    assert checker.models() == (True, "lists 'm'", Outcome.OK)
+    assert checker.metrics() == (True, "vllm:kv_cache_usage_perc 0.250", Outcome.OK)
+    assert verify.Verifier(stub, "wrong", "m").models()[2] == Outcome.AUTH
+    assert verify.Verifier(stub, "k", "other").models() == (False, "/v1/models lists ['m'], not 'other'", Outcome.ERROR)
+    down = verify.Verifier("http://127.0.0.1:9", "k", "m", timeout=10)
+    ok, detail, outcome = down.health()
+    assert not ok and detail.startswith("no answer from http://127.0.0.1:9: ") and outcome == Outcome.UNREACHABLE
+    report = down.run()
+    assert [c.name for c in report.checks] == ["health"] and report.outcome == Outcome.UNREACHABLE

@@ -1,1 +1,11 @@
-"""bench: TTFT at exact prompt lengths and a concurrency sweep, saved as a record with a chart."""
+"""bench: TTFT at exact prompt lengths and a concurrency sweep, saved as a record with a chart.
+
+``run`` sends the requests (:class:`Bench`), ``prompts`` builds prompts of an exact
+length, ``stats`` turns chunk timings into figures, ``report`` writes the table,
+the record's path and the chart. A front end imports from here.
+"""
+
+from podkit.client.bench.report import record_path, table, write_chart
+from podkit.client.bench.run import Bench, BenchAborted, Options, failed_record, overall
+
+__all__ = ["Bench", "BenchAborted", "Options", "failed_record", "overall", "record_path", "table", "write_chart"]
