@@ -20,18 +20,16 @@ from pyinfra.api.exceptions import DeployError
 
 from operations import checkpoint, facts, preflight, runner, vllm, volume
 from podkit import project_path
-from podkit.settings import KEYS, UNIT_NAME, UNIT_PATH, Settings, SettingsError
+from podkit.settings import UNIT_NAME, UNIT_PATH, Settings, SettingsError
 from podkit.plan.hostplan import plan_host
-from podkit.host.probe import Unit, choose_vllm, host_problems
+from podkit.host.preflight import choose_vllm, host_problems
+from podkit.host.probe import Unit
 from podkit.plan.checkpoints import from_hub
 from podkit.host.render import host_files
 from podkit.keys import ensure_key, file_content, key_digest, read_hf_token
 
-_UNSET = object()
-try:
-    settings = Settings.from_mapping(
-        {key: value for key in KEYS if (value := host.data.get(key, _UNSET)) is not _UNSET}
-    )
+try:  # all of the host's data, so a misspelt podkit_/vllm_ key is refused, not ignored
+    settings = Settings.from_mapping(host.data.dict())
 except SettingsError as bad:  # before any remote command: say which datum and how to fix it
     raise DeployError(f"{host.name}: {bad}") from None
 paths = settings.paths
@@ -100,6 +98,7 @@ key = ensure_key(project_path(settings.api_key_file))
 secret = volume.secret(
     name="Ensure the host's API key matches the controller's",
     path=paths.api_key,
+    what="API key",
     content=file_content(key),
     current_sha256=pod.files.get(paths.api_key),
     sha256=key_digest(key),
@@ -110,6 +109,7 @@ if hf_token:
     volume.secret(
         name="Ensure the host's Hugging Face token matches the controller's",
         path=paths.hf_token,
+        what="Hugging Face token",
         content=file_content(hf_token),
         current_sha256=pod.files.get(paths.hf_token),
         sha256=key_digest(hf_token),

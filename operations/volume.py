@@ -9,8 +9,11 @@ from __future__ import annotations
 import shlex
 from io import StringIO
 
-from pyinfra import host
+from pyinfra import host, logger, state
 from pyinfra.api import FileUploadCommand, OperationValueError, operation
+from pyinfra.api.output import format_text
+from pyinfra.facts.files import FileContents
+from pyinfra.operations.util.files import generate_color_diff
 
 _EOF = "PODKIT_FILE_EOF"
 
@@ -82,6 +85,9 @@ def file(path: str, content: str, mode: str, current_sha256: str | None, sha256:
 
     Written through a temporary file and renamed, so a reader never sees half
     a script. The content travels in a quoted heredoc: it must hold no secret.
+    Under ``--diff`` a change is shown as a diff of the host's text against
+    ``content``, as ``files.put`` shows one; only then is the old text read
+    (one more remote command), and only when the file exists.
 
     + path: file on the host
     + content: the whole file, ending in a newline
@@ -104,6 +110,8 @@ def file(path: str, content: str, mode: str, current_sha256: str | None, sha256:
     if current_sha256 == sha256:
         host.noop(f"{path} is up to date")
         return
+    if _show_diff():
+        _log_diff(path, content, exists=current_sha256 is not None)
     tmp = shlex.quote(f"{path}.podkit-tmp")
     yield (
         f"cat > {tmp} <<'{_EOF}'\n{content}{_EOF}\n"
@@ -111,15 +119,32 @@ def file(path: str, content: str, mode: str, current_sha256: str | None, sha256:
     )
 
 
+def _show_diff() -> bool:
+    """True when ``--diff`` is on and this pass is the one that shows it: change detection,
+    or execution when detection was skipped (``-y``), so a diff is shown (and read) once."""
+    return state.config.DIFF and not (state.is_executing and state.should_check_for_changes())
+
+
+def _log_diff(path: str, content: str, *, exists: bool) -> None:
+    """Log a diff of the host's ``path`` against ``content`` as pyinfra's ``files.put`` does."""
+    current = host.get_fact(FileContents, path=path) if exists else None
+    host.log(f"Will {'modify' if current is not None else 'create'} {format_text(path, bold=True)}", logger.info)
+    current_lines = [f"{line}\n" for line in current or []]
+    for line in generate_color_diff(current_lines, content.splitlines(keepends=True)):
+        host.log(f"  {line}", logger.info)
+
+
 @operation()
-def secret(path: str, content: str, current_sha256: str | None, sha256: str):
+def secret(path: str, what: str, content: str, current_sha256: str | None, sha256: str):
     """
     Ensure a secret file on the host has ``content``, mode 0600.
 
     Uploaded over SFTP, so the secret is never part of a command line, a log
-    or pyinfra's output. Its folder must already be 0700.
+    or pyinfra's output, and never shown under ``--diff``. Its folder must
+    already be 0700.
 
     + path: file on the host (in a 0700 folder)
+    + what: what the file holds, for messages (``"API key"``, ``"Hugging Face token"``)
     + content: the secret, as the file should hold it
     + current_sha256: the probe's checksum of the file now (None: absent)
     + sha256: checksum of ``content``
@@ -130,12 +155,12 @@ def secret(path: str, content: str, current_sha256: str | None, sha256: str):
 
         volume.secret(
             name="Ensure the host's API key matches the controller's",
-            path=paths.api_key, content=key_file_content,
+            path=paths.api_key, what="API key", content=key_file_content,
             current_sha256=pod.files.get(paths.api_key), sha256=key_digest(key),
         )
     """
     if current_sha256 == sha256:
-        host.noop(f"{path} holds the current key")
+        host.noop(f"{path} holds the current {what}")
         return
     # Never through sudo: pyinfra would stage the file in /tmp with default permissions.
     yield FileUploadCommand(StringIO(content), path, _sudo=False, _doas=False, _su_user=None)

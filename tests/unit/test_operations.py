@@ -4,14 +4,20 @@ One JSON file per case under tests/cases/operations/<module>.<operation>/:
 ``args`` in, the ``commands`` the operation must yield out (or the
 ``noop_description`` it must give). Arguments that are objects are built from
 plain JSON by ``ADAPTERS``. The harness runs ``op._inner`` against a fake host.
+Optional: ``diff`` (run as under ``pyinfra --diff``), ``facts`` (what the host
+answers, as pyinfra's cases write them: ``{"files.FileContents": {"path=/x": [...]}}``;
+an operation reading a fact no case lists fails, and every listed one must be
+read) and ``logs`` (the lines it must log, unstyled).
 """
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
+import click
 import pytest
 from pyinfra.api import FileUploadCommand, FunctionCommand
-from pyinfra.context import ctx_host
+from pyinfra.context import ctx_host, ctx_state
 
 from operations import checkpoint, preflight, runner, vllm, volume
 from podkit.settings import PackageSpec, Paths, Settings
@@ -50,11 +56,33 @@ ADAPTERS = {
 class FakeHost:
     name = "fake"
 
-    def __init__(self):
-        self.noops = []
+    def __init__(self, facts=None):
+        self.noops, self.logs, self.facts, self.facts_read = [], [], facts or {}, []
 
     def noop(self, description):
         self.noops.append(description)
+
+    def log(self, message, log_func=None):
+        self.logs.append(click.unstyle(message))
+
+    def get_fact(self, fact, **kwargs):
+        name = f"{fact.__module__.rsplit('.', 1)[-1]}.{fact.__name__}"
+        args = ",".join(f"{key}={value}" for key, value in sorted(kwargs.items()))
+        assert args in self.facts.get(name, {}), f"unexpected remote read: {name} {args}"
+        self.facts_read.append((name, args))
+        return self.facts[name][args]
+
+
+class FakeState:
+    """The state of a change-detection pass (no ``-y``), with ``--diff`` on or off."""
+
+    is_executing = False
+
+    def __init__(self, diff=False):
+        self.config = SimpleNamespace(DIFF=diff)
+
+    def should_check_for_changes(self):
+        return True
 
 
 def describe(command):
@@ -80,11 +108,14 @@ def test_operation(path):
     op = OPERATIONS[path.parent.name]
     adapters = ADAPTERS.get(path.parent.name, {})
     args = {k: adapters[k](v) if k in adapters else v for k, v in case["args"].items()}
-    fake = FakeHost()
-    with ctx_host.use(fake):
+    fake = FakeHost(case.get("facts"))
+    with ctx_host.use(fake), ctx_state.use(FakeState(diff=case.get("diff", False))):
         commands = [describe(c) for c in op._inner(**args)]
     assert commands == case.get("commands", [])
     assert fake.noops == ([case["noop_description"]] if "noop_description" in case else [])
+    assert fake.logs == case.get("logs", [])
+    listed = [(name, key) for name, by_key in case.get("facts", {}).items() for key in by_key]
+    assert sorted(fake.facts_read) == sorted(listed)
 
 
 def test_every_operation_has_a_noop_case_and_a_change_case():

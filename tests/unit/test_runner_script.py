@@ -58,6 +58,13 @@ def test_start_is_idempotent_and_status_tells(runner):
     assert status.returncode == 0 and f"vllm: running (pid {server})" in status.stdout
 
 
+def test_status_lines_of_a_running_runner_name_each_pid_once(runner):
+    runner("start")
+    server = wait_for(lambda: runner.pid("vllm.pid"))
+    lines = runner("status").stdout.splitlines()
+    assert lines[:2] == [f"runner: running (pid {runner.pid('runner.pid')})", f"vllm: running (pid {server})"]
+
+
 def test_a_killed_server_is_restarted_with_backoff(runner):
     runner("start")
     first = wait_for(lambda: runner.pid("vllm.pid"))
