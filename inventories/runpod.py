@@ -2,7 +2,7 @@
 
     export RUNPOD_API_KEY=...                    # RunPod > Settings > API Keys
     pyinfra -y inventories/runpod.py deploy.py   # converge every selected pod
-    python cli.py verify inventories/runpod.py   # then prove each endpoint works
+    podkit verify inventories/runpod.py   # then prove each endpoint works
 
 Each run asks the API where every pod is now: a pod that was stopped, reset or
 migrated is found at its new IP and port. A pod is reached by "full SSH" (its
@@ -11,7 +11,7 @@ IP when you create it. Selected pods that cannot be deployed to (stopped, no
 public SSH port, back with zero GPUs, a host key that changed without a
 restart) are reported in one line each and left out, or fail the whole run
 with PODKIT_POD_STRICT=1. Host keys are trusted on first use per pod id, and
-again after a restart the API reports (see podkit/hostkeys.py).
+again after a restart the API reports (see podkit/runpod/hostkeys.py).
 
 Environment:
     RUNPOD_API_KEY               your API key (the runpod package does not read it itself)

@@ -1,6 +1,6 @@
-"""The local sandbox pod (see podkit/sandbox.py). Bring it up first:
+"""The local sandbox pod (see podkit/sandbox/box.py). Bring it up first:
 
-    python cli.py sandbox up
+    podkit sandbox up
     pyinfra -y inventories/sandbox.py deploy.py
 
 Its CPU settings are in group_data/sandbox.py; its ports and paths come from

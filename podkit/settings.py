@@ -227,7 +227,7 @@ SETTINGS: tuple[Setting, ...] = (
             "on GPUs with FP8 support (8.9+)"),
     # --- The API key ---
     # The one key that the server and every client command use. Made on first apply unless
-    # $PODKIT_API_KEY supplies one. Rotate: python cli.py key rotate, then re-apply.
+    # $PODKIT_API_KEY supplies one. Rotate: podkit key rotate, then re-apply.
     Setting("podkit_api_key_file", ".secrets/api_key", _text,
             "controller-side key file (0600, git-ignored); `$PODKIT_API_KEY` overrides it"),
     # For gated models. It reaches the host only as a 0600 file on the volume.

@@ -75,34 +75,32 @@ def plan(model, gpu_name, gpu_memory_gib, gpu_count, tensor_parallel_size, gpu_m
         )
     except PlanError as exc:
         raise click.BadParameter(str(exc))
-    result["family_error"] = family_error
     if as_json:
-        click.echo(json.dumps(result, indent=2, sort_keys=True))
+        click.echo(json.dumps({**result.as_dict(), "family_error": family_error}, indent=2, sort_keys=True))
     else:
-        _print_plan(result)
-    sys.exit(0 if result["fits"] else 1)
+        _print_plan(result, family_error)
+    sys.exit(0 if result.fits else 1)
 
 
-def _print_plan(p) -> None:
-    ck = p["checkpoint"]
+def _print_plan(p, family_error: str | None) -> None:
+    ck = p.checkpoint
     rows = [
-        ("checkpoint", f"{ck['repo']}{'@' + ck['revision'][:12] if ck['revision'] else ''}"
-                       f"{' (FP8)' if ck['is_fp8'] else ''}"),
-        ("FP8 alternative", p["fp8_alternative"] or "none found"),
-        ("download", f"{p['download_bytes'] / 1e9:.1f} GB in {len(p['download_files'])} files"),
-        ("weights per GPU", f"{p['weights_gib_per_gpu']} GiB" if p["weights_gib_per_gpu"] is not None else "-"),
-        ("KV bytes per token", p["kv_bytes_per_token"]),
-        ("KV cache", f"{p['available_kv_cache_gib']} GiB = {p['kv_cache_tokens']} tokens"),
-        ("max model len", f"{p['max_model_len']} (longest that fits: {p['max_model_len_fit']})"),
-        ("max concurrency", p["max_concurrency"]),
-        ("tensor parallel", p["tensor_parallel_size"]),
-        ("tool-call parser", p["tool_call_parser"] or p.get("family_error") or "-"),
-        ("reasoning parser", p["reasoning_parser"] or "-"),
-        ("vLLM", p["vllm_version"]),
+        ("checkpoint", f"{ck.repo}{'@' + ck.revision[:12] if ck.revision else ''}{' (FP8)' if ck.is_fp8 else ''}"),
+        ("FP8 alternative", p.fp8_alternative or "none found"),
+        ("download", f"{p.download_bytes / 1e9:.1f} GB in {len(p.download_files)} files"),
+        ("weights per GPU", f"{p.weights_gib_per_gpu} GiB" if p.weights_gib_per_gpu is not None else "-"),
+        ("KV bytes per token", p.kv_bytes_per_token),
+        ("KV cache", f"{p.available_kv_cache_gib} GiB = {p.kv_cache_tokens} tokens"),
+        ("max model len", f"{p.max_model_len} (longest that fits: {p.max_model_len_fit})"),
+        ("max concurrency", p.max_concurrency),
+        ("tensor parallel", p.tensor_parallel_size),
+        ("tool-call parser", p.tool_call_parser or family_error or "-"),
+        ("reasoning parser", p.reasoning_parser or "-"),
+        ("vLLM", p.vllm_version),
     ]
     for label, value in rows:
         click.echo(f"{label:<20} {value}")
-    verdict = click.style("FITS", fg="green") if p["fits"] else click.style("DOES NOT FIT", fg="red")
-    click.echo(f"\n{verdict}: {p['reason']}")
-    for suggestion in p["suggestions"]:
+    verdict = click.style("FITS", fg="green") if p.fits else click.style("DOES NOT FIT", fg="red")
+    click.echo(f"\n{verdict}: {p.reason}")
+    for suggestion in p.suggestions:
         click.echo(f"  - {suggestion}")

@@ -5,6 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/python cli.py sandbox up
+.venv/bin/podkit sandbox up
 .venv/bin/pyinfra -y inventories/sandbox.py deploy.py
-.venv/bin/python cli.py verify inventories/sandbox.py
+.venv/bin/podkit verify inventories/sandbox.py

@@ -186,7 +186,7 @@ def wrong_parser(info: ServerInfo | None, content: str = "") -> str:
     return f"vllm_tool_call_parser does not match the model: {who} need {parser}{unknown}"
 
 
-_KEY_FIX = "rotate it (python cli.py key rotate) and re-apply"
+_KEY_FIX = "rotate it (podkit key rotate) and re-apply"
 
 
 def key_checks(info: ServerInfo, seconds: float) -> list[Check]:

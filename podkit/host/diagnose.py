@@ -28,7 +28,7 @@ RULES: list[tuple[str, str, str, str]] = [
         r"invalid tool.call parser|tool.call.parser.*(not|isn't) (valid|registered|supported)|"
         r"KeyError: .?tool parser|Unknown tool parser",
         "vLLM does not know the tool-call parser",
-        "set vllm_tool_call_parser to one this vLLM version registers (python cli.py plan lists them)",
+        "set vllm_tool_call_parser to one this vLLM version registers (podkit plan lists them)",
     ),
     (
         "reasoning_parser_unknown",
@@ -55,7 +55,7 @@ RULES: list[tuple[str, str, str, str]] = [
         r"No available memory for the cache blocks|KV cache is needed, which is larger than",
         "the KV cache cannot hold one request of vllm_max_model_len tokens",
         "lower vllm_max_model_len, set vllm_kv_cache_dtype='fp8', raise vllm_gpu_memory_utilization, "
-        "or use more GPUs (python cli.py plan shows what fits)",
+        "or use more GPUs (podkit plan shows what fits)",
     ),
     (
         "cuda_oom",

@@ -4,7 +4,7 @@ The deploy polls through ``podctl.py wait`` on the host (so a port that is not
 exposed still works), a window of a few seconds per round trip, and prints a
 progress line after each: elapsed time, what /health says, the log's last line.
 It stops early when the runner is gone or the server keeps crashing, and then
-names the cause found in the log tail (``podkit.diagnose``).
+names the cause found in the log tail (``podkit.host.diagnose``).
 """
 
 from __future__ import annotations

@@ -4,20 +4,23 @@ It decides what the launch script serves (the FP8 sibling when the GPUs support
 it and ``podkit_prefer_fp8`` is set), the context length when
 ``vllm_max_model_len`` is ``auto``, the tensor-parallel size, and the parser
 flags when they are ``auto``; and it lists the problems that must stop the host
-before anything is downloaded or installed, each with its fix.
+before anything is downloaded or installed, each with its fix. Memory is planned
+with the overheads of the vLLM version the host will run.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from podkit.settings import Settings
 from podkit.plan.families import Family, UnknownFamily, family_for
 from podkit.host.fetch import FetchSpec
+from podkit.host.preflight import choose_vllm
 from podkit.host.probe import HostState
 from podkit.plan.checkpoints import Checkpoint, ModelError, find_fp8_alternative, from_hub, from_probe
-from podkit.plan.memory import Hardware, PlanError, gpu_by_name, make_plan
+from podkit.plan.gpus import Hardware, PlanError, gpu_by_name
+from podkit.plan.memory import Plan, make_plan
 
 AUTO = "auto"
 
@@ -32,16 +35,16 @@ class HostPlan:
     extra_args: tuple[str, ...] = ()
     fetch: FetchSpec | None = None  # the hub checkpoint to have on the volume (None: a folder on the host)
     fetched: bool = False  # the probe found it complete, as recorded by an earlier fetch
-    plan: dict[str, Any] | None = None
+    plan: Plan | None = None
     problems: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        p = self.plan or {}
+        p = self.plan
         parts = [f"serves {self.fetch.repo}@{self.fetch.revision[:12]}" if self.fetch else f"serves {self.model}"]
-        if p.get("kv_cache_tokens") is not None:
+        if p is not None and p.kv_cache_tokens is not None:
             parts.append(
-                f"{p['kv_cache_tokens']} KV tokens, max_model_len {p['max_model_len']} "
-                f"({p['max_concurrency']}x), TP {self.tensor_parallel_size}"
+                f"{p.kv_cache_tokens} KV tokens, max_model_len {p.max_model_len} "
+                f"({p.max_concurrency}x), TP {self.tensor_parallel_size}"
             )
         parts.append(f"parser {self.tool_call_parser or 'none'}")
         return "; ".join(parts)
@@ -56,6 +59,16 @@ def hardware_of(state: HostState) -> Hardware | None:
     except PlanError:  # an unknown card: what nvidia-smi says, less what the driver keeps
         memory, capability = first.memory_mib / 1024 - 0.5, None
     return Hardware(first.name, memory, len(state.gpus), first.compute_capability or capability)
+
+
+def vllm_version_for(settings: Settings, state: HostState) -> str:
+    """The vLLM version this host will serve with: the pinned one for its kind (GPU or CPU build).
+
+    An install on the host counts only when it is that pin (:func:`choose_vllm`), so its
+    version and the pin's are the same; anything else is replaced by the pin.
+    """
+    package, _ = choose_vllm(settings, state)
+    return package.version
 
 
 def plan_host(
@@ -113,23 +126,21 @@ def plan_host(
             max_model_len=settings.max_model_len, kv_cache_dtype=settings.kv_cache_dtype,
             runtime_fp8="--quantization" in settings.extra_args,
             disk_free_bytes=None if checkpoint.local else state.free_bytes,
-            cached_bytes=state.hub_repos, family=family,
+            cached_bytes=state.hub_repos, family=family, vllm_version=vllm_version_for(settings, state),
         )
     except PlanError as exc:
         result.problems.append(str(exc))
         return result
     result.plan = plan
-    chosen = plan["checkpoint"]
-    if not chosen["local"]:
-        result.fetch = FetchSpec(
-            settings.model, chosen["repo"], chosen["revision"], tuple(plan["download_files"]), plan["download_bytes"]
-        )
+    chosen = plan.checkpoint
+    if not chosen.local:
+        result.fetch = FetchSpec(settings.model, chosen.repo, chosen.revision, plan.download_files, plan.download_bytes)
         result.fetched = record is not None
         result.model = result.fetch.snapshot(settings.paths)
-    if settings.max_model_len == AUTO and plan.get("max_model_len_fit"):
-        result.max_model_len = plan["max_model_len_fit"]
-    result.tensor_parallel_size = plan.get("tensor_parallel_size") or result.tensor_parallel_size
-    if not plan["fits"]:
-        fixes = "; or ".join(plan["suggestions"][:3])
-        result.problems.append(f"{plan['reason']}" + (f": {fixes}" if fixes else ""))
+    if settings.max_model_len == AUTO and plan.max_model_len_fit:
+        result.max_model_len = plan.max_model_len_fit
+    result.tensor_parallel_size = plan.tensor_parallel_size or result.tensor_parallel_size
+    if not plan.fits:
+        fixes = "; or ".join(plan.suggestions[:3])
+        result.problems.append(f"{plan.reason}" + (f": {fixes}" if fixes else ""))
     return result

@@ -18,6 +18,9 @@ KV bytes per token per GPU depend on the attention kind:
 
 The overheads (activation peak, non-torch memory, CUDA graphs) are estimates calibrated against
 real startup logs (tests/fixtures/kv_reference_cases.json, each with its source).
+:func:`make_plan` puts the memory verdict, the checkpoint choice and the disk check into one
+:class:`Plan`. The GPU table is in :mod:`podkit.plan.gpus`, what is read from a config.json in
+:mod:`podkit.plan.architecture`.
 """
 
 from __future__ import annotations
@@ -26,140 +29,12 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from podkit.plan.architecture import Architecture
+from podkit.plan.gpus import GPUS, Hardware, PlanError, gpu_by_name, supports_fp8  # noqa: F401 (importable from here too)
+
 GIB = 1024**3
 BLOCK = 16
 DTYPE_BYTES = {"auto": 2, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
-
-#: Card name -> (memory per GPU as torch reports it, GiB; compute capability).
-GPUS: dict[str, tuple[float, str]] = {
-    "H200": (139.8, "9.0"),
-    "H100 80GB": (79.19, "9.0"),
-    "H100 NVL": (93.1, "9.0"),
-    "A100 80GB": (79.15, "8.0"),
-    "A100 40GB": (39.39, "8.0"),
-    "L40S": (44.39, "8.9"),
-    "L40": (44.39, "8.9"),
-    "L4": (22.05, "8.9"),
-    "A10": (22.07, "8.6"),
-    "A6000": (47.54, "8.6"),
-    "RTX 6000 Ada": (47.5, "8.9"),
-    "RTX PRO 6000 96GB": (94.97, "12.0"),
-    "RTX 5090": (31.36, "12.0"),
-    "RTX 4090": (23.64, "8.9"),
-    "RTX 3090": (23.69, "8.6"),
-}
-
-
-def supports_fp8(compute_capability: str | None) -> bool:
-    """FP8 runs fast from compute capability 8.9 (Ada, Hopper, Blackwell)."""
-    if not compute_capability:
-        return False
-    major, _, minor = compute_capability.partition(".")
-    return (int(major), int(minor or 0)) >= (8, 9)
-
-
-class PlanError(ValueError):
-    """Inputs that cannot be planned; the message names the fix."""
-
-
-def gpu_by_name(name: str) -> tuple[str, float, str]:
-    """Match a card name loosely (``h100``, ``NVIDIA H100 80GB HBM3``, ``rtx pro 6000``)."""
-    wanted = _norm(name)
-    for card, (memory, capability) in GPUS.items():
-        if _norm(card) in wanted or wanted in _norm(card):
-            return card, memory, capability
-    raise PlanError(f"unknown GPU {name!r}; known: {', '.join(GPUS)}; or give --gpu-memory-gib")
-
-
-def _norm(text: str) -> str:
-    return "".join(ch for ch in text.lower() if ch.isalnum()).replace("nvidia", "").replace("geforce", "")
-
-
-@dataclass(frozen=True)
-class Architecture:
-    """What memory planning needs from a config.json."""
-
-    kind: str  # standard | mla | sliding_window | hybrid
-    num_layers: int
-    attention_layers: int  # layers that keep KV (all but Mamba / linear-attention layers)
-    full_attention_layers: int  # attention layers without a sliding window
-    num_attention_heads: int
-    num_kv_heads: int
-    head_dim: int
-    hidden_size: int
-    intermediate_size: int  # per token: MoE counts the active experts
-    vocab_size: int
-    max_position_embeddings: int
-    kv_lora_rank: int = 0
-    qk_rope_head_dim: int = 0
-    sliding_window: int = 0
-    state_bytes_per_seq: int = 0  # hybrid models: Mamba / linear-attention state
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> "Architecture":
-        c = {**config, **(config.get("text_config") or {})}
-        layers = int(c["num_hidden_layers"])
-        heads = int(c["num_attention_heads"])
-        kv_heads = int(c.get("num_key_value_heads") or heads)
-        hidden = int(c["hidden_size"])
-        head_dim = int(c.get("head_dim") or hidden // heads)
-        experts = int(c.get("num_experts_per_tok") or 0)
-        moe_inter = int(c.get("moe_intermediate_size") or 0)
-        inter = moe_inter * experts + int(c.get("shared_expert_intermediate_size") or 0) if experts and moe_inter else int(c.get("intermediate_size") or 4 * hidden)
-        common = dict(
-            num_layers=layers, num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
-            hidden_size=hidden, intermediate_size=inter, vocab_size=int(c.get("vocab_size") or 32000),
-            # unknown: no limit from the model (vLLM then takes the tokenizer's or the user's)
-            max_position_embeddings=int(c.get("max_position_embeddings") or 1 << 30),
-        )
-        if c.get("kv_lora_rank"):
-            return cls("mla", attention_layers=layers, full_attention_layers=layers,
-                       kv_lora_rank=int(c["kv_lora_rank"]), qk_rope_head_dim=int(c.get("qk_rope_head_dim") or 64), **common)
-        layer_types = list(c.get("layer_types") or [])
-        pattern = c.get("hybrid_override_pattern")
-        if pattern:  # Nemotron-H: M = Mamba, * = attention, - = MLP
-            attention = pattern.count("*")
-            state = _mamba_state_bytes(c) * pattern.count("M")
-            return cls("hybrid", attention_layers=attention, full_attention_layers=attention, state_bytes_per_seq=state, **common)
-        if c.get("full_attention_interval") or any(t in ("linear_attention", "mamba") for t in layer_types):
-            if layer_types:
-                attention = sum(1 for t in layer_types if t in ("full_attention", "attention"))
-            else:
-                attention = layers // int(c["full_attention_interval"])
-            linear = layers - attention
-            state = linear * _linear_state_bytes(c)
-            return cls("hybrid", attention_layers=attention, full_attention_layers=attention, state_bytes_per_seq=state, **common)
-        window = int(c.get("sliding_window") or 0)
-        sliding = sum(1 for t in layer_types if t == "sliding_attention")
-        if window and not layer_types and c.get("use_sliding_window", True) and c.get("model_type") in ("gemma2",):
-            sliding = layers // 2
-        if window and sliding:
-            return cls("sliding_window", attention_layers=layers, full_attention_layers=layers - sliding, sliding_window=window, **common)
-        return cls("standard", attention_layers=layers, full_attention_layers=layers, **common)
-
-    def kv_bytes_per_token(self, tp: int, kv_dtype_bytes: int, layers: int | None = None) -> int:
-        """KV bytes one token costs on one GPU, over ``layers`` (default: every attention layer)."""
-        layers = self.attention_layers if layers is None else layers
-        if self.kind == "mla":
-            return layers * (self.kv_lora_rank + self.qk_rope_head_dim) * kv_dtype_bytes
-        return 2 * layers * math.ceil(self.num_kv_heads / tp) * self.head_dim * kv_dtype_bytes
-
-
-def _mamba_state_bytes(c: dict[str, Any]) -> int:
-    heads = int(c.get("mamba_num_heads") or 0)
-    head_dim = int(c.get("mamba_head_dim") or 0)
-    state = int(c.get("ssm_state_size") or 128)
-    conv = int(c.get("conv_kernel") or 4)
-    inner = heads * head_dim or 2 * int(c["hidden_size"])
-    return inner * state * 4 + inner * conv * 2
-
-
-def _linear_state_bytes(c: dict[str, Any]) -> int:
-    heads = int(c.get("linear_num_value_heads") or c["num_attention_heads"])
-    k_dim = int(c.get("linear_key_head_dim") or 128)
-    v_dim = int(c.get("linear_value_head_dim") or 128)
-    return heads * k_dim * v_dim * 4
-
 
 @dataclass(frozen=True)
 class Overheads:
@@ -349,16 +224,65 @@ def suggestions(
 DISK_HEADROOM_BYTES = 2 * GIB
 
 
-@dataclass
-class Hardware:
-    gpu_name: str | None
-    gpu_memory_gib: float  # per GPU, as torch reports it
-    gpu_count: int
-    compute_capability: str | None
+@dataclass(frozen=True)
+class ChosenCheckpoint:
+    """The checkpoint a plan serves (the FP8 sibling when it was chosen)."""
 
-    @property
-    def fp8_supported(self) -> bool:
-        return supports_fp8(self.compute_capability)
+    repo: str
+    revision: str | None
+    is_fp8: bool
+    quantization: str | None
+    local: bool
+
+
+#: Only a plan for GPUs has these; a host without GPUs has no VRAM overheads, and its dict leaves them out.
+_GPU_ONLY = ("activation_gib", "non_torch_gib", "cuda_graph_gib")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The whole plan for one server: what it serves and downloads, and whether that fits.
+
+    On a host without GPUs the memory fields are None (the CPU build serves from host
+    memory). :meth:`as_dict` is the ``plan --json`` object.
+    """
+
+    vllm_version: str
+    checkpoint: ChosenCheckpoint
+    fp8_alternative: str | None  # its repo
+    hardware: Hardware | None
+    download_bytes: int
+    download_files: tuple[str, ...]
+    missing_bytes: int  # what the hub cache does not hold yet
+    disk_free_bytes: int | None
+    disk_fits: bool | None  # None: the free space is unknown
+    tool_call_parser: str | None
+    reasoning_parser: str | None
+    family: str | None
+    chat_template: str | None
+    weights_gib_per_gpu: float | None
+    kv_bytes_per_token: int | None
+    activation_gib: float | None
+    non_torch_gib: float | None
+    cuda_graph_gib: float | None
+    available_kv_cache_gib: float | None
+    kv_cache_tokens: int | None
+    max_model_len: int | str | None
+    max_concurrency: float | None
+    max_model_len_fit: int | None
+    fits: bool
+    reason: str
+    suggestions: tuple[str, ...]
+    tensor_parallel_size: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data: nested dicts, lists; no overheads on a host without GPUs."""
+        out = asdict(self)
+        out["download_files"], out["suggestions"] = list(self.download_files), list(self.suggestions)
+        if self.activation_gib is None:
+            for key in _GPU_ONLY:
+                del out[key]
+        return out
 
 
 def make_plan(
@@ -376,8 +300,8 @@ def make_plan(
     cached_bytes: int | dict[str, int] = 0,
     family=None,
     vllm_version: str = "0.33.0",
-) -> dict[str, Any]:
-    """The whole plan as one dict (the ``cli.py plan --json`` object and the deploy's preflight)."""
+) -> Plan:
+    """The whole plan (the ``cli.py plan --json`` object and the deploy's preflight)."""
     chosen = checkpoint
     if fp8_alternative is not None and prefer_fp8 and hardware and hardware.fp8_supported and not checkpoint.is_fp8:
         chosen = fp8_alternative
@@ -411,44 +335,40 @@ def make_plan(
     cached = cached_bytes.get(chosen.repo, 0) if isinstance(cached_bytes, dict) else cached_bytes
     missing = 0 if chosen.local else max(0, download - cached)
     disk_fits = None if disk_free_bytes is None else missing + DISK_HEADROOM_BYTES <= disk_free_bytes
-    result = {
-        "vllm_version": vllm_version,
-        "checkpoint": {
-            "repo": chosen.repo, "revision": chosen.revision, "is_fp8": chosen.is_fp8,
-            "quantization": chosen.quantization, "local": chosen.local,
-        },
-        "fp8_alternative": fp8_alternative.repo if fp8_alternative is not None else None,
-        "hardware": asdict(hardware) if hardware else None,
-        "download_bytes": download,
-        "download_files": chosen.download,
-        "missing_bytes": missing,
-        "disk_free_bytes": disk_free_bytes,
-        "disk_fits": disk_fits,
-        "tool_call_parser": family[1].tool_call_parser if family else None,
-        "reasoning_parser": family[1].reasoning_parser if family else None,
-        "family": family[0] if family else None,
-        "chat_template": family[1].chat_template if family else None,
-    }
     if memory is not None:
-        result.update(memory.as_dict())
-        result["tensor_parallel_size"] = tensor_parallel_size or hardware.gpu_count
+        verdict = dict(memory.as_dict(), tensor_parallel_size=tensor_parallel_size or hardware.gpu_count)
     else:
-        result.update({
-            "fits": True, "reason": "no GPU: the CPU build serves from host memory (no VRAM plan)",
-            "weights_gib_per_gpu": None, "kv_bytes_per_token": None, "available_kv_cache_gib": None,
-            "kv_cache_tokens": None, "max_model_len": None if max_model_len == "auto" else max_model_len,
-            "max_concurrency": None, "max_model_len_fit": None, "suggestions": [], "tensor_parallel_size": 1,
-        })
-    if disk_fits is False:
-        result["fits"] = False
-        need = (missing + DISK_HEADROOM_BYTES) / 1e9
-        result["reason"] = (
-            f"{chosen.repo} needs {missing / 1e9:.1f} GB to download (+{DISK_HEADROOM_BYTES / 1e9:.1f} GB headroom) "
-            f"but the volume has {disk_free_bytes / 1e9:.1f} GB free"
+        verdict = dict.fromkeys(("weights_gib_per_gpu", "kv_bytes_per_token", *_GPU_ONLY, "available_kv_cache_gib",
+                                 "kv_cache_tokens", "max_concurrency", "max_model_len_fit"))
+        verdict.update(
+            fits=True, reason="no GPU: the CPU build serves from host memory (no VRAM plan)", suggestions=[],
+            max_model_len=None if max_model_len == "auto" else max_model_len, tensor_parallel_size=1,
         )
+    if disk_fits is False:
+        need = (missing + DISK_HEADROOM_BYTES) / 1e9
         fix = []
         if fp8_alternative is not None and chosen is not fp8_alternative:
             fix.append(f"use the FP8 checkpoint {fp8_alternative.repo} ({fp8_alternative.download_bytes / 1e9:.1f} GB)")
-        fix += [f"grow the volume to at least {need:.0f} GB free", "remove other cached models (python cli.py cache clean)"]
-        result["suggestions"] = fix + list(result["suggestions"])
-    return result
+        fix += [f"grow the volume to at least {need:.0f} GB free", "remove other cached models (podkit cache clean)"]
+        verdict.update(
+            fits=False, suggestions=fix + verdict["suggestions"],
+            reason=f"{chosen.repo} needs {missing / 1e9:.1f} GB to download (+{DISK_HEADROOM_BYTES / 1e9:.1f} GB "
+                   f"headroom) but the volume has {disk_free_bytes / 1e9:.1f} GB free",
+        )
+    verdict["suggestions"] = tuple(verdict["suggestions"])
+    return Plan(
+        vllm_version=vllm_version,
+        checkpoint=ChosenCheckpoint(chosen.repo, chosen.revision, chosen.is_fp8, chosen.quantization, chosen.local),
+        fp8_alternative=fp8_alternative.repo if fp8_alternative is not None else None,
+        hardware=hardware,
+        download_bytes=download,
+        download_files=tuple(chosen.download),
+        missing_bytes=missing,
+        disk_free_bytes=disk_free_bytes,
+        disk_fits=disk_fits,
+        tool_call_parser=family[1].tool_call_parser if family else None,
+        reasoning_parser=family[1].reasoning_parser if family else None,
+        family=family[0] if family else None,
+        chat_template=family[1].chat_template if family else None,
+        **verdict,
+    )

@@ -3,7 +3,7 @@
 It lets anyone without a GPU box see the whole product work: the deploy runs
 over real SSH against this machine, installs the CPU build of vLLM into the
 sandbox volume's venv, and serves a tiny random-weight Qwen2-style model that
-``podkit.tinymodel`` writes locally (no hub access). Its state lives in one
+``podkit.sandbox.tinymodel`` writes locally (no hub access). Its state lives in one
 git-ignored folder (``.sandbox/`` unless ``$PODKIT_SANDBOX_DIR`` says otherwise):
 
     sshd/            host key, client key, known_hosts, sshd_config, pid, log
@@ -94,7 +94,7 @@ class Sandbox:
         """pyinfra host data for the sandbox: SSH access plus what differs from group_data."""
         saved = self._saved()
         if saved is None or not self.sshd.status()["running"]:
-            raise SandboxError(f"the sandbox in {self.state_dir} is not up: run python cli.py sandbox up")
+            raise SandboxError(f"the sandbox in {self.state_dir} is not up: run podkit sandbox up")
         return {
             **saved["ssh"],
             "podkit_volume": str(self.volume),

@@ -34,7 +34,6 @@ This module is pure logic: standard library only, no pyinfra, no click.
 
 from __future__ import annotations
 
-import errno
 import os
 import pwd
 import shutil
@@ -42,8 +41,10 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+from podkit.sandbox import procs
+from podkit.sandbox.sshhost import SshHost
 
 __all__ = ["SshHost", "PrivateSshd", "SshdError", "free_port"]
 
@@ -63,74 +64,13 @@ class SshdError(RuntimeError):
     """
 
 
-@dataclass
-class SshHost:
-    """Everything a client needs to reach a running :class:`PrivateSshd`.
-
-    Attributes:
-        hostname: the address to connect to (e.g. ``"127.0.0.1"``).
-        port: the TCP port sshd listens on.
-        user: the login user.
-        key_file: the client's private key (ed25519, no passphrase).
-        known_hosts_file: a known_hosts file pinning the server's host key,
-            for use with strict host key checking.
-    """
-
-    hostname: str
-    port: int
-    user: str
-    key_file: Path
-    known_hosts_file: Path
-
-    def pyinfra_data(self) -> dict:
-        """Return pyinfra 3.x host data for the SSH connector.
-
-        The keys are the connector's own data names (``ssh_hostname``,
-        ``ssh_port``, ...), with strict host key checking against
-        :attr:`known_hosts_file`, so nothing is read from or written to
-        ``~/.ssh``. Use it as an inventory entry::
-
-            hosts = [("sandbox", host.pyinfra_data())]
-        """
-        return {
-            "ssh_hostname": self.hostname,
-            "ssh_port": self.port,
-            "ssh_user": self.user,
-            "ssh_key": str(self.key_file),
-            "ssh_known_hosts_file": str(self.known_hosts_file),
-            "ssh_strict_host_key_checking": "yes",
-        }
-
-    def ssh_argv(self, *command: str) -> list[str]:
-        """Return an OpenSSH client command line that runs ``command`` on the host.
-
-        The options pin the host key (strict checking against
-        :attr:`known_hosts_file`), use only :attr:`key_file`, and never prompt.
-        With no ``command`` the result opens an interactive shell.
-        """
-        return [
-            "ssh",
-            "-i", str(self.key_file),
-            "-p", str(self.port),
-            "-o", "IdentitiesOnly=yes",
-            "-o", "IdentityAgent=none",
-            "-o", "BatchMode=yes",
-            "-o", "StrictHostKeyChecking=yes",
-            "-o", f"UserKnownHostsFile={self.known_hosts_file}",
-            "-o", "GlobalKnownHostsFile=/dev/null",
-            "-o", "LogLevel=ERROR",
-            f"{self.user}@{self.hostname}",
-            *command,
-        ]  # fmt: skip
-
-
 def free_port(host: str = "127.0.0.1") -> int:
     """Return a TCP port on ``host`` that nothing listens on right now.
 
     The kernel picks it (bind to port 0); another process may still take it
     before the caller binds it, so callers should be ready to retry.
     """
-    with socket.socket(_family(host), socket.SOCK_STREAM) as sock:
+    with socket.socket(procs.family(host), socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
 
@@ -319,26 +259,17 @@ class PrivateSshd:
         if self.netns:
             argv = [_tool("ip"), "netns", "exec", self.netns, *argv]
         # -D keeps sshd in the foreground so that an early exit (port taken,
-        # bad key) is seen at once; start_new_session detaches it from this
-        # process's session and terminal, so it outlives this Python process
-        # (it is re-parented) and ignores a Ctrl-C aimed at the caller.
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        _STARTED[proc.pid] = proc
+        # bad key) is seen at once; detached, it outlives this Python process.
+        proc = procs.spawn_detached(argv)
         deadline = time.monotonic() + DEADLINE_S
         while not (self._alive_pid() is not None and self._answers(port)):
             if proc.poll() is not None:
-                _STARTED.pop(proc.pid, None)
+                procs.STARTED.pop(proc.pid, None)
                 raise SshdError(f"sshd exited {proc.returncode} on start\n{self._log_tail()}")
             if time.monotonic() > deadline:
                 self.stop()
-                _signal(proc.pid, signal.SIGKILL)
-                _reap(proc.pid)
+                procs.send_signal(proc.pid, signal.SIGKILL)
+                procs.reap(proc.pid)
                 raise SshdError(
                     f"sshd did not answer on {self.listen}:{port} within {DEADLINE_S:.0f}s\n{self._log_tail()}"
                 )
@@ -360,27 +291,8 @@ class PrivateSshd:
         if pid is None:
             self.pid_file.unlink(missing_ok=True)
             return
-        # Children first, while their parents still live to reap them: a
-        # process re-parented to PID 1 may stay a zombie in containers.
-        deadline = time.monotonic() + DEADLINE_S
-        for level in [*reversed(_descendants(pid)), [pid]]:
-            for p in level:
-                _signal(p, signal.SIGTERM)
-            while any(_alive(p) for p in level) and time.monotonic() < deadline:
-                time.sleep(0.01)
-            for p in level:
-                if _alive(p):
-                    _signal(p, signal.SIGKILL)
-            # Let the parents reap them before the parents go in turn.
-            reap_deadline = time.monotonic() + 0.5
-            while level != [pid] and any(_unreaped(p) for p in level) and time.monotonic() < reap_deadline:
-                time.sleep(0.01)
-        kill_deadline = time.monotonic() + 1.0
-        while _alive(pid) and time.monotonic() < kill_deadline:
-            time.sleep(0.01)
-        if _alive(pid):
+        if not procs.end_tree(pid, DEADLINE_S):
             raise SshdError(f"sshd (pid {pid}) did not exit")
-        _reap(pid)
         self.pid_file.unlink(missing_ok=True)
 
     def status(self) -> dict:
@@ -436,7 +348,7 @@ class PrivateSshd:
             return self.port
         saved = self._saved_port()
         if saved is not None:
-            if self.netns or _port_free(self.listen, saved) or self._alive_pid() is not None:
+            if self.netns or procs.port_free(self.listen, saved) or self._alive_pid() is not None:
                 return saved
         if self.netns:
             return 22
@@ -448,7 +360,7 @@ class PrivateSshd:
             pid = int(self.pid_file.read_text().split()[0])
         except (FileNotFoundError, ValueError, IndexError):
             return None
-        if not _alive(pid):
+        if not procs.alive(pid):
             return None
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -496,7 +408,7 @@ class PrivateSshd:
         return "\n".join(text.splitlines()[-lines:])
 
 
-# -- process and socket helpers ---------------------------------------------
+# -- helpers ----------------------------------------------------------------
 
 
 #: sshd's privilege-separation directory. A root sshd refuses to start (and ``sshd -t``
@@ -540,101 +452,5 @@ def _write_private(path: Path, text: str) -> None:
     path.chmod(0o600)
 
 
-def _alive(pid: int) -> bool:
-    """True if ``pid`` exists and is not a zombie.
-
-    An sshd whose starter has exited is re-parented to PID 1, which in some
-    containers reaps late or never, so after it exits it lingers as a zombie
-    that ``kill(pid, 0)`` still finds.
-    """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    # Format: "pid (comm) state ..."; comm may contain spaces and parentheses.
-    state = stat.rsplit(")", 1)[1].split()[0]
-    return state not in ("Z", "X")
-
-
-#: Servers started by this process, so they are reaped (no zombie, no
-#: ResourceWarning) when this process also stops them.
-_STARTED: dict[int, subprocess.Popen] = {}
-
-
-def _reap(pid: int) -> None:
-    """Collect the exit status of ``pid`` if this process started it."""
-    proc = _STARTED.pop(pid, None)
-    if proc is not None:
-        try:
-            proc.wait(timeout=1.0)
-        except subprocess.TimeoutExpired:
-            pass
-
-
-def _unreaped(pid: int) -> bool:
-    """True if ``pid`` still exists and is not a zombie orphaned to PID 1."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return False
-    return not (fields[0] in ("Z", "X") and fields[1] == "1")
-
-
-def _descendants(pid: int) -> list[list[int]]:
-    """Live descendants of ``pid`` by depth: children, grandchildren, ..."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] not in ("Z", "X"):
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    levels = []
-    level = children.get(pid, [])
-    while level:
-        levels.append(level)
-        level = [c for p in level for c in children.get(p, [])]
-    return levels
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _family(host: str) -> int:
-    return socket.AF_INET6 if ":" in host else socket.AF_INET
-
-
 def _listen_address(host: str) -> str:
     return f"[{host}]" if ":" in host else host
-
-
-def _port_free(host: str, port: int) -> bool:
-    """True if sshd could bind ``host:port`` now.
-
-    Binds with SO_REUSEADDR like sshd does, so connections lingering in
-    TIME_WAIT from a previous run do not count as taken.
-    """
-    with socket.socket(_family(host), socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as e:
-            if e.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
-                return False
-            raise
-        return True

@@ -1,6 +1,6 @@
 """Stop, wipe, migrate, re-apply: RunPod's daily life, for real.
 
-Two stand-in pods (podkit/netpods.py), each in a network namespace of its own
+Two stand-in pods (testing/netpods.py), each in a network namespace of its own
 with its own address, sshd and host key, and no route anywhere else, are
 listed by the real `inventories/runpod.py` through the real `runpod` package,
 which talks to a local server replaying RunPod API answers. Their volumes are

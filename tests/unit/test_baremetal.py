@@ -14,7 +14,7 @@ import pytest
 
 from podkit.settings import KEYS, UNIT_PATH, PackageSpec, Settings
 from podkit.plan.hostplan import HostPlan
-from podkit.inventory_tmp import load_inventory
+from podkit_cli.hosts import load_hosts
 from podkit.host.render import host_files, serve_argv
 
 from .test_config import ROOT, sample_data
@@ -23,8 +23,8 @@ from .test_hostplan import host, hub, plan  # noqa: F401 (hub is a fixture)
 INVENTORY = ROOT / "inventories" / "baremetal.py"
 
 
-def test_inventory_loads_the_same_in_podkit_and_in_pyinfra():
-    ours = {h.name: h for h in load_inventory(INVENTORY, ROOT)}
+def test_inventory_loads_the_same_in_the_cli_and_in_pyinfra():
+    ours = {h.name: h for h in load_hosts(str(INVENTORY))}
     out = subprocess.run(
         [str(Path(sys.executable).parent / "pyinfra"), str(INVENTORY), "debug-inventory", "--json"],
         cwd=ROOT, capture_output=True, text=True, check=True,
@@ -60,7 +60,7 @@ def test_tensor_parallel_size_comes_from_the_gpu_count_and_the_plan(hub, gpus, t
     # acme/Coder-7B has 8 attention heads: 1, 2, 4 and 8 GPUs divide them
     result = plan(hub, "acme/Coder-7B", host(gpus=gpus), vllm_tensor_parallel_size=tp_datum)
     assert result.problems == []
-    assert result.tensor_parallel_size == result.plan["tensor_parallel_size"] == tp
+    assert result.tensor_parallel_size == result.plan.tensor_parallel_size == tp
     settings = Settings.from_mapping({**sample_data(), "vllm_tensor_parallel_size": tp_datum})
     argv = serve_argv(settings, "vllm", result)
     assert argv[argv.index("--tensor-parallel-size") + 1] == str(tp)

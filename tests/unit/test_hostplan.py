@@ -7,7 +7,7 @@ from huggingface_hub import HfApi, constants
 
 from podkit.settings import Settings
 from podkit.plan.hostplan import plan_host
-from podkit.host.probe import Gpu, HostState
+from podkit.host.probe import Gpu, HostState, VllmInstall
 from testing.hub import LocalHub
 from podkit.plan.checkpoints import find_fp8_alternative, from_hub
 
@@ -72,7 +72,7 @@ def test_fp8_sibling_is_chosen_by_its_config_not_its_name(hub):
     assert result.fetch.repo == "RedHatAI/Coder-7B-FP8-dynamic" and len(result.fetch.revision) == 40
     assert result.model == f"/workspace/podkit/cache/huggingface/hub/models--RedHatAI--Coder-7B-FP8-dynamic/snapshots/{result.fetch.revision}"
     assert result.fetch.files == ("config.json", "model.safetensors", "tokenizer.json") and not result.fetched
-    assert result.plan["fp8_alternative"] == "RedHatAI/Coder-7B-FP8-dynamic"
+    assert result.plan.fp8_alternative == "RedHatAI/Coder-7B-FP8-dynamic"
     assert result.tool_call_parser == "hermes" and result.reasoning_parser == "qwen3"
 
 
@@ -110,3 +110,14 @@ def test_volume_too_small_is_refused_with_both_numbers(hub):
 def test_bad_tp_for_the_heads_is_a_problem(hub):
     result = plan(hub, "acme/Coder-7B", host(gpus=3))
     assert "does not divide the 8 attention heads" in result.problems[0]
+
+
+def test_the_plan_is_for_the_vllm_the_host_will_run(hub):
+    pinned = plan(hub, "acme/Coder-7B", host(), podkit_vllm_package="vllm==0.10.0")
+    default = plan(hub, "acme/Coder-7B", host())
+    assert pinned.plan.vllm_version == "0.10.0" and default.plan.vllm_version == "0.33.0"
+    assert pinned.plan.kv_cache_tokens > default.plan.kv_cache_tokens  # 0.10 keeps less apart (no CUDA-graph estimate)
+    # an installed vLLM that is not the pin is replaced, so the plan is for the pin
+    stale = dataclasses.replace(host(), venv=VllmInstall("venv", {"vllm": "0.10.0"}, "/v/bin/vllm", True, "/v/bin/python"))
+    assert plan(hub, "acme/Coder-7B", stale).plan.vllm_version == "0.33.0"
+    assert plan(hub, "acme/Coder-7B", host(gpus=0)).plan.vllm_version == "0.32.0"  # the CPU build's pin

@@ -11,16 +11,8 @@ from pathlib import Path
 import pytest
 
 from podkit.settings import PackageSpec, Settings
-from podkit.host.probe import (
-    HostState,
-    ProbeError,
-    choose_vllm,
-    host_problems,
-    parse_nvidia_smi,
-    parse_probe,
-    podctl_command,
-    probe_config,
-)
+from podkit.host.preflight import choose_vllm, host_problems
+from podkit.host.probe import HostState, ProbeError, parse_nvidia_smi, parse_probe, podctl_command, probe_config
 
 from .test_config import sample_data
 

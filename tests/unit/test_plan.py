@@ -1,14 +1,16 @@
 """Planning without a server: file choice, FP8 detection, memory verdicts, suggestions, disk, the CLI."""
 
+import dataclasses
 import json
 import re
 
 import pytest
 from click.testing import CliRunner
 
-from cli import cli
+from podkit_cli import cli
 from podkit.plan.checkpoints import Checkpoint, ModelError, fp8_candidates, needed_files
-from podkit.plan.memory import GIB, Architecture, Hardware, PlanError, gpu_by_name, make_plan, plan_memory
+from podkit.plan import Hardware, PlanError, gpu_by_name, make_plan
+from podkit.plan.memory import Architecture, plan_memory
 from podkit.sandbox.tinymodel import write_tiny_model
 
 QWEN3_CODER_30B = {  # Qwen/Qwen3-Coder-30B-A3B-Instruct config.json (the fields planning reads)
@@ -109,9 +111,9 @@ def test_too_long_context_suggests_cheapest_fixes_first():
     fp8 = checkpoint(repo="Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8", weight_gb=31.2, quant={"quant_method": "fp8"}, dtypes={"F8_E4M3": 1})
     small = Hardware("L40S", 44.39, 1, "8.9")
     plan = make_plan(checkpoint(), small, fp8_alternative=fp8, prefer_fp8=False, max_model_len=262144)
-    assert not plan["fits"]
-    assert "leave no memory for the KV cache" in plan["reason"]
-    text = " | ".join(plan["suggestions"])
+    assert not plan.fits
+    assert "leave no memory for the KV cache" in plan.reason
+    text = " | ".join(plan.suggestions)
     assert "serve the FP8 checkpoint Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8" in text
     assert "use 4 GPUs with vllm_tensor_parallel_size=4" in text  # two L40S hold the weights, not 256K of context
     assert "0 tokens" not in text  # a change that gives nothing is not suggested
@@ -119,24 +121,37 @@ def test_too_long_context_suggests_cheapest_fixes_first():
 
 def test_fp8_checkpoint_is_chosen_on_fp8_gpus_only():
     fp8 = checkpoint(repo="Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8", weight_gb=31.2, quant={"quant_method": "fp8"}, dtypes={"F8_E4M3": 1})
-    assert make_plan(checkpoint(), H100, fp8_alternative=fp8, max_model_len=32768)["checkpoint"]["repo"].endswith("-FP8")
+    assert make_plan(checkpoint(), H100, fp8_alternative=fp8, max_model_len=32768).checkpoint.repo.endswith("-FP8")
     a100 = Hardware("A100 80GB", 79.15, 1, "8.0")
     plan = make_plan(checkpoint(), a100, fp8_alternative=fp8, max_model_len=32768)
-    assert plan["checkpoint"]["repo"] == "Qwen/Qwen3-Coder-30B-A3B-Instruct"
+    assert plan.checkpoint.repo == "Qwen/Qwen3-Coder-30B-A3B-Instruct"
 
 
 def test_disk_refusal_names_both_numbers_and_the_options():
     fp8 = checkpoint(repo="Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8", weight_gb=31.2, quant={"quant_method": "fp8"}, dtypes={"F8_E4M3": 1})
     plan = make_plan(checkpoint(), Hardware("A100 80GB", 79.15, 1, "8.0"), fp8_alternative=fp8,
                      max_model_len=32768, disk_free_bytes=int(48e9))
-    assert not plan["fits"] and plan["disk_fits"] is False
-    assert "needs 61.1 GB to download" in plan["reason"] and "48.0 GB free" in plan["reason"]
-    assert plan["suggestions"][0].startswith("use the FP8 checkpoint Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8 (31.2 GB)")
+    assert not plan.fits and plan.disk_fits is False
+    assert "needs 61.1 GB to download" in plan.reason and "48.0 GB free" in plan.reason
+    assert plan.suggestions[0].startswith("use the FP8 checkpoint Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8 (31.2 GB)")
 
 
 def test_cached_blobs_count_against_the_download():
     plan = make_plan(checkpoint(), H100, max_model_len=32768, disk_free_bytes=int(10e9), cached_bytes=int(61e9))
-    assert plan["disk_fits"] is True and plan["missing_bytes"] < 1e9
+    assert plan.disk_fits is True and plan.missing_bytes < 1e9
+
+
+def test_a_plan_is_frozen_and_its_dict_is_plain_json():
+    plan = make_plan(checkpoint(), H100, max_model_len=32768)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.fits = False
+    data = plan.as_dict()
+    assert data["checkpoint"]["repo"] == plan.checkpoint.repo and data["hardware"]["gpu_count"] == 1
+    assert data["activation_gib"] == plan.activation_gib and isinstance(data["download_files"], list)
+    assert json.loads(json.dumps(data)) == data  # plain JSON, nothing lost on the way
+    cpu = make_plan(checkpoint(), None).as_dict()  # no GPU: no VRAM overheads, no memory verdict
+    assert cpu["fits"] and cpu["kv_cache_tokens"] is None and cpu["tensor_parallel_size"] == 1
+    assert not {"activation_gib", "non_torch_gib", "cuda_graph_gib"} & set(cpu)
 
 
 JSON_FIELDS = {

@@ -1,4 +1,4 @@
-"""Tests for podkit.tinymodel: the stdlib-only tiny Qwen2 checkpoint writer."""
+"""Tests for podkit.sandbox.tinymodel: the stdlib-only tiny Qwen2 checkpoint writer."""
 
 from __future__ import annotations
 

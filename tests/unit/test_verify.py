@@ -142,15 +142,15 @@ def leaks(**overrides):
         (leaks(argv=[{"pid": 4242, "program": "sleep"}], unreadable=3,
                log=[{"file": "/v/podkit/logs/vllm.log.1", "lines": [3, 9, 12, 20, 31], "count": 7}]), [
             ("key not in argv", False, "the key is on the command line of pid 4242 (sleep), where ps shows it to "
-             "every user: stop it, then rotate it (python cli.py key rotate) and re-apply", Outcome.SECRET_EXPOSED),
+             "every user: stop it, then rotate it (podkit key rotate) and re-apply", Outcome.SECRET_EXPOSED),
             ("key not in log", False, "the key is in /v/podkit/logs/vllm.log.1 lines 3, 9, 12, 20, 31 (7 lines): "
-             "rotate it (python cli.py key rotate) and re-apply, then remove those lines", Outcome.SECRET_EXPOSED),
+             "rotate it (podkit key rotate) and re-apply, then remove those lines", Outcome.SECRET_EXPOSED),
             ("key not in scripts", True, "not in launch.sh, env.sh", Outcome.OK),
         ]),
         (leaks(log_searched=[], scripts=[{"file": "/v/podkit/bin/env.sh", "lines": [4], "count": 1}]), [
             ("key not in argv", True, "in no process's argv (97 read)", Outcome.OK),
             ("key not in log", True, "not in any file (none yet)", Outcome.OK),
-            ("key not in scripts", False, "the key is in /v/podkit/bin/env.sh line 4: rotate it (python cli.py key "
+            ("key not in scripts", False, "the key is in /v/podkit/bin/env.sh line 4: rotate it (podkit key "
              "rotate) and re-apply, then remove those lines", Outcome.SECRET_EXPOSED),
         ]),
         (ServerInfo("pod", error="pod: cannot run the command over SSH (timeout)"), [

@@ -1,0 +1,93 @@
+"""What memory planning reads from a model's config.json: layers, heads, attention kind, state."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """What memory planning needs from a config.json."""
+
+    kind: str  # standard | mla | sliding_window | hybrid
+    num_layers: int
+    attention_layers: int  # layers that keep KV (all but Mamba / linear-attention layers)
+    full_attention_layers: int  # attention layers without a sliding window
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    hidden_size: int
+    intermediate_size: int  # per token: MoE counts the active experts
+    vocab_size: int
+    max_position_embeddings: int
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    sliding_window: int = 0
+    state_bytes_per_seq: int = 0  # hybrid models: Mamba / linear-attention state
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "Architecture":
+        c = {**config, **(config.get("text_config") or {})}
+        layers = int(c["num_hidden_layers"])
+        heads = int(c["num_attention_heads"])
+        kv_heads = int(c.get("num_key_value_heads") or heads)
+        hidden = int(c["hidden_size"])
+        head_dim = int(c.get("head_dim") or hidden // heads)
+        experts = int(c.get("num_experts_per_tok") or 0)
+        moe_inter = int(c.get("moe_intermediate_size") or 0)
+        inter = moe_inter * experts + int(c.get("shared_expert_intermediate_size") or 0) if experts and moe_inter else int(c.get("intermediate_size") or 4 * hidden)
+        common = dict(
+            num_layers=layers, num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
+            hidden_size=hidden, intermediate_size=inter, vocab_size=int(c.get("vocab_size") or 32000),
+            # unknown: no limit from the model (vLLM then takes the tokenizer's or the user's)
+            max_position_embeddings=int(c.get("max_position_embeddings") or 1 << 30),
+        )
+        if c.get("kv_lora_rank"):
+            return cls("mla", attention_layers=layers, full_attention_layers=layers,
+                       kv_lora_rank=int(c["kv_lora_rank"]), qk_rope_head_dim=int(c.get("qk_rope_head_dim") or 64), **common)
+        layer_types = list(c.get("layer_types") or [])
+        pattern = c.get("hybrid_override_pattern")
+        if pattern:  # Nemotron-H: M = Mamba, * = attention, - = MLP
+            attention = pattern.count("*")
+            state = _mamba_state_bytes(c) * pattern.count("M")
+            return cls("hybrid", attention_layers=attention, full_attention_layers=attention, state_bytes_per_seq=state, **common)
+        if c.get("full_attention_interval") or any(t in ("linear_attention", "mamba") for t in layer_types):
+            if layer_types:
+                attention = sum(1 for t in layer_types if t in ("full_attention", "attention"))
+            else:
+                attention = layers // int(c["full_attention_interval"])
+            linear = layers - attention
+            state = linear * _linear_state_bytes(c)
+            return cls("hybrid", attention_layers=attention, full_attention_layers=attention, state_bytes_per_seq=state, **common)
+        window = int(c.get("sliding_window") or 0)
+        sliding = sum(1 for t in layer_types if t == "sliding_attention")
+        if window and not layer_types and c.get("use_sliding_window", True) and c.get("model_type") in ("gemma2",):
+            sliding = layers // 2
+        if window and sliding:
+            return cls("sliding_window", attention_layers=layers, full_attention_layers=layers - sliding, sliding_window=window, **common)
+        return cls("standard", attention_layers=layers, full_attention_layers=layers, **common)
+
+    def kv_bytes_per_token(self, tp: int, kv_dtype_bytes: int, layers: int | None = None) -> int:
+        """KV bytes one token costs on one GPU, over ``layers`` (default: every attention layer)."""
+        layers = self.attention_layers if layers is None else layers
+        if self.kind == "mla":
+            return layers * (self.kv_lora_rank + self.qk_rope_head_dim) * kv_dtype_bytes
+        return 2 * layers * math.ceil(self.num_kv_heads / tp) * self.head_dim * kv_dtype_bytes
+
+
+def _mamba_state_bytes(c: dict[str, Any]) -> int:
+    heads = int(c.get("mamba_num_heads") or 0)
+    head_dim = int(c.get("mamba_head_dim") or 0)
+    state = int(c.get("ssm_state_size") or 128)
+    conv = int(c.get("conv_kernel") or 4)
+    inner = heads * head_dim or 2 * int(c["hidden_size"])
+    return inner * state * 4 + inner * conv * 2
+
+
+def _linear_state_bytes(c: dict[str, Any]) -> int:
+    heads = int(c.get("linear_num_value_heads") or c["num_attention_heads"])
+    k_dim = int(c.get("linear_key_head_dim") or 128)
+    v_dim = int(c.get("linear_value_head_dim") or 128)
+    return heads * k_dim * v_dim * 4
