@@ -20,13 +20,13 @@ from pyinfra.api.exceptions import DeployError
 
 from operations import checkpoint, facts, preflight, runner, vllm, volume
 from podkit import project_path
-from podkit.settings import UNIT_NAME, UNIT_PATH, Settings, SettingsError
-from podkit.plan.hostplan import plan_host
 from podkit.host.preflight import choose_vllm, host_problems
 from podkit.host.probe import Unit
-from podkit.plan.checkpoints import from_hub
 from podkit.host.render import host_files
 from podkit.keys import ensure_key, file_content, key_digest, read_hf_token
+from podkit.plan.checkpoints import from_hub
+from podkit.plan.hostplan import plan_host
+from podkit.settings import UNIT_NAME, UNIT_PATH, Settings, SettingsError
 
 try:  # all of the host's data, so a misspelt podkit_/vllm_ key is refused, not ignored
     settings = Settings.from_mapping(host.data.dict())
@@ -153,10 +153,15 @@ restart = any(op.will_change for op in (env, secret, script, supervisor)) or not
 if unit.present and not systemd:
     runner.unit_service(
         name=f"Ensure {UNIT_NAME} is stopped and disabled (the runner supervises vLLM)",
-        unit=UNIT_NAME, enabled=unit.is_enabled, up=unit.up, present=False, as_root=pod.root,
+        unit=UNIT_NAME,
+        enabled=unit.is_enabled,
+        up=unit.up,
+        present=False,
+        as_root=pod.root,
     )
 runner.service(
-    name="Ensure podkit's runner is stopped (systemd supervises vLLM)" if systemd
+    name="Ensure podkit's runner is stopped (systemd supervises vLLM)"
+    if systemd
     else "Ensure the runner supervises vLLM with the current files",
     runner_script=paths.runner_script,
     running=pod.runner_pid is not None,
@@ -166,7 +171,11 @@ runner.service(
 if systemd:
     runner.unit_service(
         name=f"Ensure {UNIT_NAME} is enabled and serves vLLM with the current files",
-        unit=UNIT_NAME, enabled=unit.is_enabled, up=unit.up, restarted=restart, as_root=pod.root,
+        unit=UNIT_NAME,
+        enabled=unit.is_enabled,
+        up=unit.up,
+        restarted=restart,
+        as_root=pod.root,
     )
 
 # 8. Readiness: /health answers and /v1/models lists the served model, with the key.

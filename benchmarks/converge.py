@@ -68,14 +68,30 @@ def main() -> int:
             )
         )
         changed = box.apply("--data", "vllm_max_model_len=1024")
-        rows.append(row("re-apply, one datum changed", changed.seconds, len(changed.sessions), f"changed: {len(changed.changed())} ops"))
+        rows.append(
+            row(
+                "re-apply, one datum changed",
+                changed.seconds,
+                len(changed.sessions),
+                f"changed: {len(changed.changed())} ops",
+            )
+        )
         back = box.apply()
-        rows.append(row("re-apply, datum restored", back.seconds, len(back.sessions), f"changed: {len(back.changed())} ops"))
+        rows.append(
+            row("re-apply, datum restored", back.seconds, len(back.sessions), f"changed: {len(back.changed())} ops")
+        )
         # a stopped pod: the server is gone, the volume (venv, key, scripts) is intact
         runner = box.volume / "podkit" / "bin" / "runner.sh"
         subprocess.run(["/bin/sh", str(runner), "stop"], capture_output=True, check=True)
         restarted = box.apply()
-        rows.append(row("re-apply after the server stopped", restarted.seconds, len(restarted.sessions), f"changed: {len(restarted.changed())} ops"))
+        rows.append(
+            row(
+                "re-apply after the server stopped",
+                restarted.seconds,
+                len(restarted.sessions),
+                f"changed: {len(restarted.changed())} ops",
+            )
+        )
     finally:
         box.down()
         if not args.state_dir:

@@ -28,12 +28,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from converge import row  # noqa: E402  (benchmarks/ is this script's folder)
+
 from podkit import PROJECT_ROOT  # noqa: E402
+from podkit.sandbox.box import Sandbox  # noqa: E402
 from testing.netpods import NetnsPod, copy_volume, stand_in_inventory  # noqa: E402
 from testing.runpod_api import RunPodReplay, running_pod  # noqa: E402
-from podkit.sandbox.box import Sandbox  # noqa: E402
-
-from converge import row  # noqa: E402  (benchmarks/ is this script's folder)
 
 API_KEY = "rp-bench-key"
 
@@ -54,8 +54,13 @@ def main() -> int:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     inventory = stand_in_inventory(root / "inventory", box, key)
     api = RunPodReplay(api_key=API_KEY).start()
-    env = {**os.environ, "RUNPOD_API_KEY": API_KEY, "RUNPOD_API_BASE_URL": api.url,
-           "PODKIT_STATE_DIR": str(root / "state"), "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "RUNPOD_API_KEY": API_KEY,
+        "RUNPOD_API_BASE_URL": api.url,
+        "PODKIT_STATE_DIR": str(root / "state"),
+        "PYTHONUNBUFFERED": "1",
+    }
     pods: list[NetnsPod] = []
     rows = []
 
@@ -65,8 +70,14 @@ def main() -> int:
     def timed(argv: list[str], prefix: str) -> tuple[float, int, subprocess.CompletedProcess]:
         before = sessions()
         start = time.monotonic()
-        proc = subprocess.run(argv, cwd=PROJECT_ROOT, env={**env, "PODKIT_POD_PREFIX": prefix},
-                              capture_output=True, text=True, timeout=1800)
+        proc = subprocess.run(
+            argv,
+            cwd=PROJECT_ROOT,
+            env={**env, "PODKIT_POD_PREFIX": prefix},
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         return time.monotonic() - start, sessions() - before, proc
 
     apply = [str(Path(sys.executable).parent / "pyinfra"), "-y", "--json", str(inventory), "deploy.py"]
@@ -79,7 +90,9 @@ def main() -> int:
             pod = NetnsPod(name, 240 + index, root / name, root / f"volume-{name}", box.volume, key)
             ssh = pod.start(host=2, port=2201)
             pods.append(pod)
-            answers.append(running_pod(f"fleet{index:08d}", f"coder-{index + 1}", ssh.hostname, ssh.port, str(box.volume)))
+            answers.append(
+                running_pod(f"fleet{index:08d}", f"coder-{index + 1}", ssh.hostname, ssh.port, str(box.volume))
+            )
         api.pods = answers
 
         seconds, remote, proc = timed(apply, "")
@@ -92,14 +105,17 @@ def main() -> int:
             if any(proc.returncode != 0 for _, _, proc in runs):
                 print(runs[-1][2].stderr[-3000:], file=sys.stderr)
                 return 1
-            rows.append(row(f"converged re-apply, {label} (median of 3)",
-                            statistics.median(s for s, _, _ in runs), runs[-1][1]))
+            rows.append(
+                row(f"converged re-apply, {label} (median of 3)", statistics.median(s for s, _, _ in runs), runs[-1][1])
+            )
             seconds, remote, proc = timed(verify, prefix)
             reports = json.loads(proc.stdout) if proc.stdout.strip() else {}
             ok = sum(report["ok"] for report in reports.values())
             checks = [c for report in reports.values() for c in report["checks"]]
             slow = max(checks, key=lambda c: c["seconds"], default=None)
-            note = f"exit {proc.returncode}, {ok} passed" + (f"; slowest check {slow['name']} {slow['seconds']:.1f} s" if slow else "")
+            note = f"exit {proc.returncode}, {ok} passed" + (
+                f"; slowest check {slow['name']} {slow['seconds']:.1f} s" if slow else ""
+            )
             rows.append(row(f"verify, {label}", seconds, remote, note))
     finally:
         for pod in pods:

@@ -56,7 +56,9 @@ def _pods():
     if skipped and os.environ.get("PODKIT_POD_STRICT") == "1":
         sys.exit(f"inventories/runpod.py: {len(skipped)} selected pod(s) cannot be deployed to (PODKIT_POD_STRICT=1)")
     if not hosts:
-        sys.exit("inventories/runpod.py: no pod to deploy to" + ("" if skipped else f" (none of {len(pods)} pods selected)"))
+        sys.exit(
+            "inventories/runpod.py: no pod to deploy to" + ("" if skipped else f" (none of {len(pods)} pods selected)")
+        )
     return [(host.name, host.data) for host in hosts]
 
 

@@ -8,9 +8,9 @@ import time
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 
-from podkit.settings import Paths
 from podkit.host.fetch import FetchSpec, progress_line, start_command, status_config
 from podkit.host.probe import podctl_command
+from podkit.settings import Paths
 
 
 def _podctl(host, action: str, cfg: dict):
@@ -69,8 +69,17 @@ def _kill(host, paths: Paths) -> None:
     )
 
 
-def _fetch(state, host, spec: FetchSpec, paths: Paths, python: str, endpoint: str | None,
-           deadline: float, already_running: bool, poll: float = 5.0) -> bool:
+def _fetch(
+    state,
+    host,
+    spec: FetchSpec,
+    paths: Paths,
+    python: str,
+    endpoint: str | None,
+    deadline: float,
+    already_running: bool,
+    poll: float = 5.0,
+) -> bool:
     if not already_running:
         status, output = host.run_shell_command(start_command(spec, paths, python, endpoint), print_output=False)
         if not status:
@@ -97,15 +106,17 @@ def _fetch(state, host, spec: FetchSpec, paths: Paths, python: str, endpoint: st
             host.log_styled(
                 f"fetching {spec.repo} did not finish within {deadline:.0f}s (podkit_fetch_timeout); "
                 "stopped it; re-apply to go on (partial files are cleaned and the download restarts)",
-                fg="red", log_func=logger.error,
+                fg="red",
+                log_func=logger.error,
             )
             return False
         host.log(progress_line(spec, report["bytes"], elapsed, deadline))
 
 
 @operation(is_idempotent=False)
-def fetched(spec: FetchSpec, paths: Paths, python: str, endpoint: str | None, deadline: float,
-            complete: bool, running: bool):
+def fetched(
+    spec: FetchSpec, paths: Paths, python: str, endpoint: str | None, deadline: float, complete: bool, running: bool
+):
     """
     Ensure the planned checkpoint is complete in the hub cache on the volume, at its pinned revision.
 

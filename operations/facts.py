@@ -14,8 +14,8 @@ import json
 from pyinfra import host, state
 from pyinfra.api import FactBase
 
-from podkit.settings import Settings
 from podkit.host.probe import HostState, ProbeError, parse_probe, podctl_command, probe_config
+from podkit.settings import Settings
 
 
 class PodState(FactBase):

@@ -7,10 +7,10 @@ import time
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 
-from podkit.settings import PackageSpec, Paths, Settings
-from podkit.host.probe import VllmInstall, podctl_command
 from podkit.host.install import install_command
+from podkit.host.probe import VllmInstall, podctl_command
 from podkit.host.readiness import WaitResult, wait_config
+from podkit.settings import PackageSpec, Paths, Settings
 
 
 @operation()

@@ -113,10 +113,7 @@ def file(path: str, content: str, mode: str, current_sha256: str | None, sha256:
     if _show_diff():
         _log_diff(path, content, exists=current_sha256 is not None)
     tmp = shlex.quote(f"{path}.podkit-tmp")
-    yield (
-        f"cat > {tmp} <<'{_EOF}'\n{content}{_EOF}\n"
-        f"chmod {mode} {tmp} && mv -f {tmp} {shlex.quote(path)}"
-    )
+    yield (f"cat > {tmp} <<'{_EOF}'\n{content}{_EOF}\nchmod {mode} {tmp} && mv -f {tmp} {shlex.quote(path)}")
 
 
 def _show_diff() -> bool:

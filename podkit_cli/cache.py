@@ -47,8 +47,10 @@ def _print_cache(reports, clean: bool) -> None:
             click.echo(f"{name}: {click.style(report['error'], fg='red')}")
             continue
         free = report["free_bytes"]
-        click.echo(f"{name}: {len(report['repos'])} model(s) cached"
-                   + (f", {free / 1e9:.1f} GB free" if free is not None else ""))
+        click.echo(
+            f"{name}: {len(report['repos'])} model(s) cached"
+            + (f", {free / 1e9:.1f} GB free" if free is not None else "")
+        )
         for repo, size in sorted(report["repos"].items()):
             click.echo(f"  {size / 1e9:8.2f} GB  {repo}")
         for item in report["problems"]:

@@ -59,16 +59,36 @@ def _task_names(ctx, param, value):
 @eval_group.command("run")
 @click.argument("inventory")
 @click.option("--host", "host_names", multiple=True, help="Only this host (repeatable).")
-@click.option("--profile", "profile_names", multiple=True, callback=_profile_names,
-              help="Sampling profile: coding or chat (repeatable; default: both).")
-@click.option("--task", "task_names", multiple=True, callback=_task_names,
-              help="Only this task: explain, bugfix, feature, refactor, tools (repeatable; default: all).")
+@click.option(
+    "--profile",
+    "profile_names",
+    multiple=True,
+    callback=_profile_names,
+    help="Sampling profile: coding or chat (repeatable; default: both).",
+)
+@click.option(
+    "--task",
+    "task_names",
+    multiple=True,
+    callback=_task_names,
+    help="Only this task: explain, bugfix, feature, refactor, tools (repeatable; default: all).",
+)
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Runs of each task per profile.")
-@click.option("--max-tokens", type=click.IntRange(min=1), default=4096, show_default=True,
-              help="Output tokens per answer (trimmed to what the server's context leaves).")
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(min=1),
+    default=4096,
+    show_default=True,
+    help="Output tokens per answer (trimmed to what the server's context leaves).",
+)
 @click.option("--timeout", default=300.0, show_default=True, help="Seconds per request.")
-@click.option("--output-dir", type=click.Path(file_okay=False), default="runs/eval", show_default=True,
-              help="Where records go (relative: from the project root).")
+@click.option(
+    "--output-dir",
+    type=click.Path(file_okay=False),
+    default="runs/eval",
+    show_default=True,
+    help="Where records go (relative: from the project root).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print each host's scores as JSON.")
 def eval_run(inventory, host_names, profile_names, task_names, runs, max_tokens, timeout, output_dir, as_json):
     """Run the battery against each host and record it. Hosts run in parallel.
@@ -94,9 +114,9 @@ def eval_run(inventory, host_names, profile_names, task_names, runs, max_tokens,
     import threading
 
     from podkit import project_path
-    from podkit.client.targets import each_host
     from podkit.client.eval import load_tasks, run_host, table
     from podkit.client.outcome import Outcome, worst
+    from podkit.client.targets import each_host
 
     targets = load_targets(inventory, host_names)
     tasks = load_tasks(task_names)
@@ -106,11 +126,13 @@ def eval_run(inventory, host_names, profile_names, task_names, runs, max_tokens,
         def progress(message):
             with lock:
                 click.echo(f"{name}  {message}", err=True)
+
         return progress
 
     results = each_host(
-        lambda t: run_host(t, profile_names, runs, max_tokens, timeout, project_path(output_dir), tasks,
-                           progress_for(t.name)),
+        lambda t: run_host(
+            t, profile_names, runs, max_tokens, timeout, project_path(output_dir), tasks, progress_for(t.name)
+        ),
         targets,
     )
     if as_json:
@@ -120,8 +142,9 @@ def eval_run(inventory, host_names, profile_names, task_names, runs, max_tokens,
             for line in table(result):
                 click.echo(line)
     outcomes = {"unreachable": Outcome.UNREACHABLE, "auth": Outcome.AUTH}
-    sys.exit(int(worst(outcomes.get(r.get("outcome"), Outcome.ERROR) if r.get("error") else Outcome.OK
-                       for r in results)))
+    sys.exit(
+        int(worst(outcomes.get(r.get("outcome"), Outcome.ERROR) if r.get("error") else Outcome.OK for r in results))
+    )
 
 
 @eval_group.command("compare")
@@ -143,6 +166,6 @@ def eval_compare(record_a, record_b, as_json):
     try:
         comparison = compare(load_record(record_a), load_record(record_b))
     except ValueError as exc:
-        raise click.ClickException(str(exc))
+        raise click.ClickException(str(exc)) from None
     comparison["a"]["path"], comparison["b"]["path"] = record_a, record_b
     emit(comparison, as_json, lambda c: [click.echo(line) for line in compare_table(c)])

@@ -116,11 +116,11 @@ def load_hosts(inventory: str, host_names: tuple[str, ...] = ()) -> list[Host]:
             with contextlib.redirect_stdout(io.StringIO()):
                 return make_inventory(str(project_path(inventory)), cwd=str(PROJECT_ROOT))
         except SystemExit as exc:  # a dynamic inventory's own one-line refusal (inventories/runpod.py)
-            raise click.ClickException(str(exc.code) if exc.code not in (None, 0) else f"{inventory} exited")
+            raise click.ClickException(str(exc.code) if exc.code not in (None, 0) else f"{inventory} exited") from None
         except click.ClickException:
             raise
         except Exception as exc:
-            raise click.ClickException(f"cannot load {inventory}: {type(exc).__name__}: {exc}")
+            raise click.ClickException(f"cannot load {inventory}: {type(exc).__name__}: {exc}") from None
 
     loaded = _with_state(load)
     hosts = []
@@ -131,7 +131,7 @@ def load_hosts(inventory: str, host_names: tuple[str, ...] = ()) -> list[Host]:
         try:
             settings = Settings.from_mapping(data)
         except SettingsError as exc:
-            raise click.ClickException(f"{host.name}: {exc}")
+            raise click.ClickException(f"{host.name}: {exc}") from None
         hosts.append(Host(host.name, settings, data, host))
     if not hosts:
         wanted = f" named {', '.join(host_names)}" if host_names else ""
@@ -161,7 +161,7 @@ def load_targets(inventory: str, host_names: tuple[str, ...] = ()) -> list[Targe
         try:
             key = read_key(project_path(host.settings.api_key_file))
         except ApiKeyError as exc:
-            raise click.ClickException(str(exc))
+            raise click.ClickException(str(exc)) from None
         if key is None:
             raise click.ClickException(
                 f"{host.name}: no API key at {host.settings.api_key_file}; apply the deploy first (it creates the key)"

@@ -11,8 +11,13 @@ def key():
 
 
 @key.command("rotate")
-@click.option("--file", "key_file", default=".secrets/api_key", show_default=True,
-              help="The controller's key file (podkit_api_key_file).")
+@click.option(
+    "--file",
+    "key_file",
+    default=".secrets/api_key",
+    show_default=True,
+    help="The controller's key file (podkit_api_key_file).",
+)
 def key_rotate(key_file):
     """Make a new key. Re-apply the deploy to give it to the servers."""
     from podkit import project_path

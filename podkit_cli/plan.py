@@ -7,13 +7,14 @@ import sys
 
 import click
 
+
 def _max_model_len(ctx, param, value):
     if value == "auto":
         return value
     try:
         number = int(value)
     except ValueError:
-        raise click.BadParameter("a token count or 'auto'")
+        raise click.BadParameter("a token count or 'auto'") from None
     if number < 16:
         raise click.BadParameter("at least 16 tokens")
     return number
@@ -22,7 +23,11 @@ def _max_model_len(ctx, param, value):
 @click.command()
 @click.argument("model")
 @click.option("--gpu", "gpu_name", help="Card by name: H100, H200, A100 80GB, L40S, L4, A6000, RTX 4090 ...")
-@click.option("--gpu-memory-gib", type=click.FloatRange(min=1), help="Total memory per GPU as torch reports it (H100 80GB: 79.19).")
+@click.option(
+    "--gpu-memory-gib",
+    type=click.FloatRange(min=1),
+    help="Total memory per GPU as torch reports it (H100 80GB: 79.19).",
+)
 @click.option("--gpus", "gpu_count", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--tensor-parallel-size", type=click.IntRange(min=1), help="Default: every GPU.")
 @click.option("--gpu-memory-utilization", type=click.FloatRange(0.05, 1.0), default=0.9, show_default=True)
@@ -32,8 +37,20 @@ def _max_model_len(ctx, param, value):
 @click.option("--disk-free-gib", type=click.FloatRange(min=0), help="Free space on the volume, to check the download.")
 @click.option("--no-fp8-search", is_flag=True, help="Do not look for an FP8 sibling checkpoint.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as one JSON object.")
-def plan(model, gpu_name, gpu_memory_gib, gpu_count, tensor_parallel_size, gpu_memory_utilization,
-         max_model_len, kv_cache_dtype, quantization, disk_free_gib, no_fp8_search, as_json):
+def plan(
+    model,
+    gpu_name,
+    gpu_memory_gib,
+    gpu_count,
+    tensor_parallel_size,
+    gpu_memory_utilization,
+    max_model_len,
+    kv_cache_dtype,
+    quantization,
+    disk_free_gib,
+    no_fp8_search,
+    as_json,
+):
     """Will MODEL and its context fit, before anything is downloaded?
 
     MODEL is a hub repo id (optionally @revision) or a local checkpoint folder.
@@ -44,8 +61,8 @@ def plan(model, gpu_name, gpu_memory_gib, gpu_count, tensor_parallel_size, gpu_m
     podkit plan Qwen/Qwen3-Coder-30B-A3B-Instruct --gpu H100 --max-model-len 65536
     podkit plan meta-llama/Llama-3.1-8B-Instruct --gpu L4 --disk-free-gib 20 --json
     """
-    from podkit.plan.families import UnknownFamily, family_for
     from podkit.plan.checkpoints import ModelError, find_fp8_alternative, from_directory, from_hub, is_local
+    from podkit.plan.families import UnknownFamily, family_for
     from podkit.plan.memory import GIB, Hardware, PlanError, gpu_by_name, make_plan
 
     if bool(gpu_name) == bool(gpu_memory_gib):
@@ -57,9 +74,9 @@ def plan(model, gpu_name, gpu_memory_gib, gpu_count, tensor_parallel_size, gpu_m
             card, memory, capability = None, gpu_memory_gib, None
         checkpoint = from_directory(model) if is_local(model) else from_hub(model)
     except PlanError as exc:
-        raise click.BadParameter(str(exc), param_hint="--gpu")
+        raise click.BadParameter(str(exc), param_hint="--gpu") from None
     except ModelError as exc:
-        raise click.BadParameter(str(exc), param_hint="MODEL")
+        raise click.BadParameter(str(exc), param_hint="MODEL") from None
     fp8 = None if no_fp8_search else find_fp8_alternative(checkpoint)
     try:
         family = family_for(checkpoint.repo, checkpoint.config)
@@ -68,13 +85,19 @@ def plan(model, gpu_name, gpu_memory_gib, gpu_count, tensor_parallel_size, gpu_m
         family, family_error = None, str(exc)
     try:
         result = make_plan(
-            checkpoint, Hardware(card, memory, gpu_count, capability), fp8_alternative=fp8,
-            tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, runtime_fp8=quantization == "fp8",
-            disk_free_bytes=int(disk_free_gib * GIB) if disk_free_gib is not None else None, family=family,
+            checkpoint,
+            Hardware(card, memory, gpu_count, capability),
+            fp8_alternative=fp8,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            kv_cache_dtype=kv_cache_dtype,
+            runtime_fp8=quantization == "fp8",
+            disk_free_bytes=int(disk_free_gib * GIB) if disk_free_gib is not None else None,
+            family=family,
         )
     except PlanError as exc:
-        raise click.BadParameter(str(exc))
+        raise click.BadParameter(str(exc)) from None
     if as_json:
         click.echo(json.dumps({**result.as_dict(), "family_error": family_error}, indent=2, sort_keys=True))
     else:

@@ -32,7 +32,7 @@ def sandbox_up(as_json):
         data = box.up()
     except (SandboxError, SshdError, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise click.ClickException(f"sandbox up: {first}")
+        raise click.ClickException(f"sandbox up: {first}") from None
     if as_json:
         emit(data, True, None)
         return

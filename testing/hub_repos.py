@@ -82,3 +82,28 @@ def model_files(fp8: bool = False) -> dict[str, bytes | str | dict]:
         "model.safetensors": safetensors_bytes(FP8_TENSORS if fp8 else BF16_TENSORS),
         "README.md": "# tiny test model\n",
     }
+
+
+# A small Qwen3-style repo and its FP8 sibling, for planning tests.
+CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "vocab_size": 64,
+    "max_position_embeddings": 40960,
+}
+FP8_QUANT = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}
+
+
+def repo_files(fp8=False, config=CONFIG):
+    cfg = dict(config, **({"quantization_config": FP8_QUANT} if fp8 else {}))
+    return {
+        "config.json": cfg,
+        "tokenizer.json": "{}",
+        "model.safetensors": safetensors_bytes(FP8_TENSORS if fp8 else BF16_TENSORS),
+    }

@@ -141,7 +141,8 @@ def stand_in_inventory(folder: Path, box, client_key: Path, port: int = 8000) ->
     (inventory.parent / "group_data").mkdir(parents=True)
     shutil.copy(PROJECT_ROOT / "inventories" / "runpod.py", inventory)
     (inventory.parent / "group_data" / "runpod.py").write_text(
-        (PROJECT_ROOT / "group_data" / "sandbox.py").read_text() + f"""
+        (PROJECT_ROOT / "group_data" / "sandbox.py").read_text()
+        + f"""
 # a stand-in pod: vLLM on the pod's own address, the sandbox's model and key
 vllm_host = "0.0.0.0"
 vllm_port = {port}

@@ -39,19 +39,36 @@ def load_pods(path: str | Path) -> list[dict[str, Any]]:
     return data
 
 
-def running_pod(pod_id: str, name: str, ip: str, ssh_port: int, volume_path: str, served_port: int = 8000,
-                cost_per_hr: float = 0.79, gpu: str = "RTX A6000", uptime_seconds: int = 36000) -> dict[str, Any]:
+def running_pod(
+    pod_id: str,
+    name: str,
+    ip: str,
+    ssh_port: int,
+    volume_path: str,
+    served_port: int = 8000,
+    cost_per_hr: float = 0.79,
+    gpu: str = "RTX A6000",
+    uptime_seconds: int = 36000,
+) -> dict[str, Any]:
     """A ``get_pods()`` entry for a running pod with 22/tcp and ``served_port``/tcp on a public IP
     (the served port mapped to itself). Its ``env`` holds a token made now, which must never be printed."""
     return {
-        "id": pod_id, "name": name, "desiredStatus": "RUNNING", "gpuCount": 1, "costPerHr": cost_per_hr,
+        "id": pod_id,
+        "name": name,
+        "desiredStatus": "RUNNING",
+        "gpuCount": 1,
+        "costPerHr": cost_per_hr,
         "uptimeSeconds": uptime_seconds,
-        "volumeMountPath": str(volume_path), "env": [f"HF_TOKEN=hf_{secrets.token_urlsafe(24)}"],
-        "machine": {"gpuDisplayName": gpu}, "ports": f"{served_port}/tcp,22/tcp",
-        "runtime": {"ports": [
-            {"ip": ip, "isIpPublic": True, "privatePort": 22, "publicPort": ssh_port, "type": "tcp"},
-            {"ip": ip, "isIpPublic": True, "privatePort": served_port, "publicPort": served_port, "type": "tcp"},
-        ]},
+        "volumeMountPath": str(volume_path),
+        "env": [f"HF_TOKEN=hf_{secrets.token_urlsafe(24)}"],
+        "machine": {"gpuDisplayName": gpu},
+        "ports": f"{served_port}/tcp,22/tcp",
+        "runtime": {
+            "ports": [
+                {"ip": ip, "isIpPublic": True, "privatePort": 22, "publicPort": ssh_port, "type": "tcp"},
+                {"ip": ip, "isIpPublic": True, "privatePort": served_port, "publicPort": served_port, "type": "tcp"},
+            ]
+        },
     }
 
 
@@ -108,7 +125,7 @@ class RunPodReplay:
             return 200, {"data": {"pod": found}}
         return 200, {"errors": [{"message": "this replay server answers only the pod queries"}]}
 
-    def start(self) -> "RunPodReplay":
+    def start(self) -> RunPodReplay:
         self.thread.start()
         return self
 
@@ -116,7 +133,7 @@ class RunPodReplay:
         self.server.shutdown()
         self.server.server_close()
 
-    def __enter__(self) -> "RunPodReplay":
+    def __enter__(self) -> RunPodReplay:
         return self.start()
 
     def __exit__(self, *exc) -> None:

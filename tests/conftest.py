@@ -1,6 +1,2 @@
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+"""The whole suite: tests import podkit and podkit_cli as installed (``pip install -e .``) and the
+test doubles in testing/ from the project root (pytest.ini's ``pythonpath``)."""

@@ -1,10 +1,21 @@
-"""Shared by unit tests: the deploy's settings as their declarations give them."""
+"""Plain helpers shared by the tests (fixtures live in conftest.py): settings as their
+declarations give them, a host with GPUs, a plan against a local hub, an unreaped child."""
 
+import dataclasses
+import subprocess
+import time
 from pathlib import Path
 
+from huggingface_hub import HfApi
+
+from podkit.host.probe import Gpu, HostState
+from podkit.plan.checkpoints import find_fp8_alternative, from_hub
+from podkit.plan.hostplan import plan_host
 from podkit.settings import Settings, defaults
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The token the local hub of tests/unit/conftest.py's ``hub`` fixture accepts for gated repos.
+HUB_TOKEN = "hf_" + "t" * 12
 
 
 def default_data(**overrides):
@@ -12,5 +23,50 @@ def default_data(**overrides):
     return {**defaults(), **overrides}
 
 
+sample_data = default_data
+
+
 def settings(**overrides) -> Settings:
     return Settings.from_mapping(default_data(**overrides))
+
+
+def settings_for(volume: Path, **overrides) -> Settings:
+    """Settings for a volume folder of the test's own (port 1: nothing listens there)."""
+    return settings(**{"podkit_volume": str(volume), "vllm_port": 1, **overrides})
+
+
+def gpu_host(gpus=1, name="NVIDIA H100 80GB HBM3", cap="9.0", free=100 * 10**9) -> HostState:
+    """A probed host with ``gpus`` GPUs, a writable volume and ``free`` bytes free on it."""
+    state = HostState.blank("")
+    return dataclasses.replace(
+        state,
+        unreadable=None,
+        volume_writable=True,
+        free_bytes=free,
+        gpus=[Gpu(i, name, 81559, cap) for i in range(gpus)],
+    )
+
+
+def host_plan(hub, model, state, token=None, **data):
+    """The deploy's plan for ``model`` on ``state``, resolved against the local ``hub``."""
+    api = HfApi(endpoint=hub.url, token=token or False)
+    chosen = settings(**{"vllm_model": model, "vllm_max_model_len": 8192, **data})
+    return plan_host(
+        chosen,
+        state,
+        prefer_fp8=chosen.prefer_fp8,
+        resolve=lambda m: from_hub(m, api=api),
+        fp8_search=lambda ck: find_fp8_alternative(ck, api=api),
+    )
+
+
+def zombie() -> tuple[subprocess.Popen, str]:
+    """A child that has exited and is not reaped yet, and its "PID STARTTIME" pid-file line."""
+    proc = subprocess.Popen(["/bin/sh", "-c", "exit 0"])
+    stat = Path(f"/proc/{proc.pid}/stat")
+    for _ in range(100):
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+        if fields[0] == "Z":
+            return proc, f"{proc.pid} {fields[19]}\n"
+        time.sleep(0.05)
+    raise AssertionError("the child never exited")

@@ -53,8 +53,7 @@ class VllmApi:
     @cached_property
     def openai(self) -> openai.OpenAI:
         """The ``openai`` client on ``<base_url>/v1``: no retries, so a failure shows as it happened."""
-        return openai.OpenAI(base_url=f"{self.base_url}/v1", api_key=self.api_key, max_retries=0,
-                             timeout=self.timeout)
+        return openai.OpenAI(base_url=f"{self.base_url}/v1", api_key=self.api_key, max_retries=0, timeout=self.timeout)
 
     def url(self, path: str) -> str:
         return f"{self.base_url}{path}"
@@ -89,8 +88,9 @@ class VllmApi:
         """Tokens in ``prompt`` as the served model counts them (``/tokenize``); raises openai's errors."""
         return int(self.call("/tokenize", {"model": self.model, "prompt": prompt})["count"])
 
-    def count_chat_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-                          timeout: float = 30.0) -> tuple[int, int | None] | None:
+    def count_chat_tokens(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, timeout: float = 30.0
+    ) -> tuple[int, int | None] | None:
         """(prompt tokens, the server's context) of a chat as the template renders it, or None when
         ``/tokenize`` cannot say."""
         body: dict[str, Any] = {"model": self.model, "messages": messages, "add_generation_prompt": True}

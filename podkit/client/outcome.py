@@ -9,7 +9,7 @@ Codes (:class:`Outcome`, after httpie's): 0 all pass, 1 other failure, 2 bad inp
 from __future__ import annotations
 
 import enum
-from typing import Iterable
+from collections.abc import Iterable
 
 
 class Outcome(enum.IntEnum):

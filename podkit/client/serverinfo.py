@@ -15,9 +15,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from podkit.settings import Settings
 from podkit.host.probe import managed_files, podctl_command, server_config
 from podkit.host.shell import RemoteError, Run
+from podkit.settings import Settings
 
 
 @dataclass
@@ -59,8 +59,11 @@ class ServerInfo:
 def describe_config(settings: Settings, leaks: bool = False) -> dict[str, Any]:
     paths = settings.paths
     return {
-        **server_config(settings), "venv": paths.venv, "record": paths.checkpoint_record,
-        "log_file": paths.log_file, "scripts": [f for f in managed_files(settings) if f != paths.api_key],
+        **server_config(settings),
+        "venv": paths.venv,
+        "record": paths.checkpoint_record,
+        "log_file": paths.log_file,
+        "scripts": [f for f in managed_files(settings) if f != paths.api_key],
         "leaks": leaks,
     }
 

@@ -22,10 +22,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 import openai
 
@@ -101,7 +102,9 @@ def schema_errors(value: Any, schema: dict[str, Any], where: str = "arguments") 
     errors: list[str] = []
     kind = schema.get("type")
     types = {"object": dict, "string": str, "array": list, "boolean": bool, "integer": int, "number": (int, float)}
-    if kind in types and (not isinstance(value, types[kind]) or (kind in ("integer", "number") and isinstance(value, bool))):
+    if kind in types and (
+        not isinstance(value, types[kind]) or (kind in ("integer", "number") and isinstance(value, bool))
+    ):
         return [f"{where} should be {kind}, got {type(value).__name__}"]
     if "enum" in schema and value not in schema["enum"]:
         errors.append(f"{where}={value!r} is not one of {schema['enum']}")
@@ -130,7 +133,9 @@ MARKUPS = (
 )
 
 
-def silent_failure(content: str | None, finish_reason: str | None, tokens: int | None, reasoning: bool = False) -> str | None:
+def silent_failure(
+    content: str | None, finish_reason: str | None, tokens: int | None, reasoning: bool = False
+) -> str | None:
     """Why an HTTP 200 answer to ``tool_choice="auto"`` without ``tool_calls`` hides a
     failed call, or None when plain text is a fair answer."""
     text = content or ""
@@ -193,20 +198,36 @@ def key_checks(info: ServerInfo, seconds: float) -> list[Check]:
     """The host's key checks from ``podctl describe``'s ``leaks``: argv, server logs, scripts."""
     leaks = info.leaks
     if leaks is None:
-        return [Check("key checks on the host", False, f"cannot read the host: {info.error}", seconds, Outcome.UNREACHABLE)]
+        return [
+            Check("key checks on the host", False, f"cannot read the host: {info.error}", seconds, Outcome.UNREACHABLE)
+        ]
     if leaks.get("error"):
-        return [Check("key checks on the host", False, f"{leaks['error']} on the host: apply the deploy", seconds, Outcome.ERROR)]
+        return [
+            Check(
+                "key checks on the host",
+                False,
+                f"{leaks['error']} on the host: apply the deploy",
+                seconds,
+                Outcome.ERROR,
+            )
+        ]
     argv = leaks.get("argv") or []
     if argv:
         where = ", ".join(f"pid {hit['pid']} ({hit['program']})" for hit in argv)
-        checks = [Check(
-            "key not in argv", False,
-            f"the key is on the command line of {where}, where ps shows it to every user: stop it, then {_KEY_FIX}",
-            seconds, Outcome.SECRET_EXPOSED,
-        )]
+        checks = [
+            Check(
+                "key not in argv",
+                False,
+                f"the key is on the command line of {where}, where ps shows it to every user: stop it, then {_KEY_FIX}",
+                seconds,
+                Outcome.SECRET_EXPOSED,
+            )
+        ]
     else:
         hidden = f", {leaks['unreadable']} hidden from this user" if leaks.get("unreadable") else ""
-        checks = [Check("key not in argv", True, f"in no process's argv ({leaks.get('processes', 0)} read{hidden})", seconds)]
+        checks = [
+            Check("key not in argv", True, f"in no process's argv ({leaks.get('processes', 0)} read{hidden})", seconds)
+        ]
     for part in ("log", "scripts"):
         hits = leaks.get(part) or []
         if hits:
@@ -215,13 +236,20 @@ def key_checks(info: ServerInfo, seconds: float) -> list[Check]:
                 + (f" ({hit['count']} lines)" if hit["count"] > len(hit["lines"]) else "")
                 for hit in hits
             )
-            checks.append(Check(
-                f"key not in {part}", False, f"the key is in {where}: {_KEY_FIX}, then remove those lines",
-                seconds, Outcome.SECRET_EXPOSED,
-            ))
+            checks.append(
+                Check(
+                    f"key not in {part}",
+                    False,
+                    f"the key is in {where}: {_KEY_FIX}, then remove those lines",
+                    seconds,
+                    Outcome.SECRET_EXPOSED,
+                )
+            )
         else:
             searched = [os.path.basename(path) for path in leaks.get(part + "_searched") or []]
-            checks.append(Check(f"key not in {part}", True, f"not in {', '.join(searched) or 'any file (none yet)'}", seconds))
+            checks.append(
+                Check(f"key not in {part}", True, f"not in {', '.join(searched) or 'any file (none yet)'}", seconds)
+            )
     return checks
 
 
@@ -229,7 +257,11 @@ class Verifier:
     """Runs the checks against ``base_url`` (``http://host:port``) for ``model``."""
 
     def __init__(
-        self, base_url: str, api_key: str, model: str, timeout: float = 60.0,
+        self,
+        base_url: str,
+        api_key: str,
+        model: str,
+        timeout: float = 60.0,
         server: Callable[[], ServerInfo] | None = None,
     ) -> None:
         """``server`` reads the host (``podkit.client.serverinfo.describe``) for the key checks and
@@ -270,7 +302,11 @@ class Verifier:
         if answer.status is None:
             return False, f"no answer: {answer.error}", Outcome.UNREACHABLE
         if answer.status == 401:
-            return False, "the server rejects our key (401): re-apply the deploy so both use the same key file", Outcome.AUTH
+            return (
+                False,
+                "the server rejects our key (401): re-apply the deploy so both use the same key file",
+                Outcome.AUTH,
+            )
         if answer.status != 200:
             return False, f"/v1/models answered {answer.status}", Outcome.ERROR
         ids = [m.get("id") for m in json.loads(answer.body).get("data", [])]
@@ -329,10 +365,14 @@ class Verifier:
         except openai.BadRequestError as exc:
             text = _error_text(exc)
             if "enable-auto-tool-choice" in text or "tool-call-parser" in text or "tool_choice" in text:
-                return False, (
-                    "the server was started without --enable-auto-tool-choice --tool-call-parser: "
-                    "set vllm_tool_call_parser for this model family and re-apply"
-                ), Outcome.TOOL_CALLING
+                return (
+                    False,
+                    (
+                        "the server was started without --enable-auto-tool-choice --tool-call-parser: "
+                        "set vllm_tool_call_parser for this model family and re-apply"
+                    ),
+                    Outcome.TOOL_CALLING,
+                )
             return False, f"HTTP 400: {text}", Outcome.TOOL_CALLING
         message = reply.choices[0].message
         if message.tool_calls:
@@ -340,7 +380,9 @@ class Verifier:
             return True, f"called {call.name}({call.arguments})", Outcome.OK
         extra = message.model_extra or {}
         problem = silent_failure(
-            message.content, reply.choices[0].finish_reason, reply.usage.completion_tokens if reply.usage else None,
+            message.content,
+            reply.choices[0].finish_reason,
+            reply.usage.completion_tokens if reply.usage else None,
             reasoning=bool(extra.get("reasoning_content") or extra.get("reasoning")),
         )
         if problem:
@@ -384,7 +426,7 @@ class Verifier:
 
     def run(self) -> Report:
         """Every check; the host is read over SSH meanwhile, and its key checks come last."""
-        started, start = datetime.now(timezone.utc), time.monotonic()
+        started, start = datetime.now(UTC), time.monotonic()
         with ThreadPoolExecutor(max_workers=1) as pool:
             self._host = pool.submit(self._read_host) if self.server else None
             report = self._run_http()

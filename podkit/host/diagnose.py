@@ -110,7 +110,7 @@ _COMPILED = [(name, re.compile(pattern, re.IGNORECASE), cause, fix) for name, pa
 
 def diagnose(log_lines: list[str]) -> Diagnosis | None:
     """The first known failure found in ``log_lines`` (a log tail), or None."""
-    for name, pattern, cause, fix in _COMPILED:
+    for _name, pattern, cause, fix in _COMPILED:
         for line in reversed(log_lines):
             match = pattern.search(line)
             if match:

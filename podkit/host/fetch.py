@@ -36,8 +36,13 @@ class FetchSpec:
 def start_command(spec: FetchSpec, paths: Paths, python: str, endpoint: str | None) -> str:
     """One command: source the env file, then start fetch.py detached; prints its pid."""
     cfg = {
-        "model": spec.model, "repo": spec.repo, "revision": spec.revision, "files": list(spec.files),
-        "cache_dir": paths.hub_cache, "token_file": paths.hf_token, "record": paths.checkpoint_record,
+        "model": spec.model,
+        "repo": spec.repo,
+        "revision": spec.revision,
+        "files": list(spec.files),
+        "cache_dir": paths.hub_cache,
+        "token_file": paths.hf_token,
+        "record": paths.checkpoint_record,
         "status_file": posixpath.join(paths.run, "fetch.json"),
     }
     source = resources.files("podkit.remote").joinpath("fetch.py").read_text()
@@ -51,7 +56,7 @@ def start_command(spec: FetchSpec, paths: Paths, python: str, endpoint: str | No
         f"rm -f {run}/fetch.json {run}/fetch.pid\n"
         f"setsid {shlex.quote(python)} - {shlex.quote(json.dumps(cfg, sort_keys=True))} "
         f"> {shlex.quote(paths.fetch_log)} 2>&1 <<'{_HEREDOC}' &\n{source}\n{_HEREDOC}\n"
-        f'pid=$!; echo "$pid $(sed \'s/^.*) //\' /proc/$pid/stat | cut -d\' \' -f20)" > {run}/fetch.pid; echo $pid'
+        f"pid=$!; echo \"$pid $(sed 's/^.*) //' /proc/$pid/stat | cut -d' ' -f20)\" > {run}/fetch.pid; echo $pid"
     )
 
 

@@ -46,8 +46,10 @@ def _volume_problems(settings: Settings, state: HostState) -> list[str]:
     volume = settings.volume
     if not state.volume_writable:
         if state.root:
-            return [f"{volume} is not writable even by root (a read-only filesystem?); set podkit_volume to a "
-                    "writable persistent folder"]
+            return [
+                f"{volume} is not writable even by root (a read-only filesystem?); set podkit_volume to a "
+                "writable persistent folder"
+            ]
         if not state.sudo.get("ok"):
             what = "is not writable by" if state.volume_exists else "does not exist and cannot be created by"
             return [
@@ -56,26 +58,34 @@ def _volume_problems(settings: Settings, state: HostState) -> list[str]:
                 f"sudo install -d -o {state.user} -g {state.group} -m 0755 {shlex.quote(volume)}"
             ]
     if state.tree_writable is False:
-        return [f"{settings.paths.root} is not writable by {state.user} (an earlier deploy as another user made it); "
-                f"sudo chown -R {state.user}:{state.group} {shlex.quote(settings.paths.root)}, or deploy as that user"]
+        return [
+            f"{settings.paths.root} is not writable by {state.user} (an earlier deploy as another user made it); "
+            f"sudo chown -R {state.user}:{state.group} {shlex.quote(settings.paths.root)}, or deploy as that user"
+        ]
     return []
 
 
 def _supervisor_problems(settings: Settings, state: HostState) -> list[str]:
     wants_systemd = settings.supervisor == "systemd"
     if wants_systemd and not state.systemd:
-        return ["podkit_supervisor is 'systemd' but this host does not run systemd (no /run/systemd/system); "
-                "set podkit_supervisor = 'runner'"]
+        return [
+            "podkit_supervisor is 'systemd' but this host does not run systemd (no /run/systemd/system); "
+            "set podkit_supervisor = 'runner'"
+        ]
     if state.root or state.sudo.get("ok"):
         return []
     failed = f"sudo -n true failed ({state.sudo.get('error') or 'no answer'})"
     if wants_systemd:
-        return [f"{state.user} needs sudo to install and drive {UNIT_NAME}, and {failed}; "
-                f"{_sudo_fix(state)}, or set podkit_supervisor = 'runner'"]
+        return [
+            f"{state.user} needs sudo to install and drive {UNIT_NAME}, and {failed}; "
+            f"{_sudo_fix(state)}, or set podkit_supervisor = 'runner'"
+        ]
     if state.unit is not None and state.unit.present:
-        return [f"{UNIT_NAME} is left from a deploy with podkit_supervisor = 'systemd' and {state.user} needs sudo "
-                f"to stop and disable it, but {failed}; {_sudo_fix(state)}, or run once: "
-                f"sudo systemctl disable --now {UNIT_NAME}"]
+        return [
+            f"{UNIT_NAME} is left from a deploy with podkit_supervisor = 'systemd' and {state.user} needs sudo "
+            f"to stop and disable it, but {failed}; {_sudo_fix(state)}, or run once: "
+            f"sudo systemctl disable --now {UNIT_NAME}"
+        ]
     return []
 
 

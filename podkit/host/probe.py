@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from podkit.settings import UNIT_NAME, UNIT_PATH, PackageSpec, Settings
 from podkit.plan.gpus import supports_fp8
+from podkit.settings import UNIT_NAME, UNIT_PATH, PackageSpec, Settings
 
 _HEREDOC = "PODKIT_PODCTL_EOF"
 
@@ -48,8 +48,12 @@ def server_config(settings: Settings) -> dict[str, Any]:
     """What every podctl action needs to find the server and its runner."""
     paths = settings.paths
     return {
-        "host": settings.host, "port": settings.port, "key_file": paths.api_key, "run_dir": paths.run,
-        "supervisor": settings.supervisor, "unit": UNIT_NAME,
+        "host": settings.host,
+        "port": settings.port,
+        "key_file": paths.api_key,
+        "run_dir": paths.run,
+        "supervisor": settings.supervisor,
+        "unit": UNIT_NAME,
     }
 
 
@@ -65,9 +69,9 @@ def probe_config(settings: Settings) -> dict[str, Any]:
         "volume": paths.volume,
         "venv": paths.venv,
         # the token's sum decides its upload only; the unit's (volume copy and installed) its install
-        "files": managed_files(settings) + [paths.hf_token] + (
-            [paths.unit_copy, UNIT_PATH] if settings.supervisor == "systemd" else []
-        ),
+        "files": managed_files(settings)
+        + [paths.hf_token]
+        + ([paths.unit_copy, UNIT_PATH] if settings.supervisor == "systemd" else []),
         "dirs": sorted(paths.directories()),
         "model_dir": model if local else None,
     }
@@ -196,14 +200,29 @@ class HostState:
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
     @classmethod
-    def blank(cls, reason: str) -> "HostState":
+    def blank(cls, reason: str) -> HostState:
         """A host the probe could not read: nothing known, and ``reason`` fails its preflight."""
         nothing = VllmInstall("venv", {}, None, False)
         return cls(
-            python="python3", venv_module=False, gpus=[], gpu_error=None, volume_exists=False,
-            volume_writable=False, free_bytes=0, systemd=False, venv=nothing,
-            system=VllmInstall("system", {}, None, False), files={}, dirs={}, runner_pid=None,
-            vllm_pid=None, serving={}, crashes=0, port_listening=False, endpoint=None, unreadable=reason,
+            python="python3",
+            venv_module=False,
+            gpus=[],
+            gpu_error=None,
+            volume_exists=False,
+            volume_writable=False,
+            free_bytes=0,
+            systemd=False,
+            venv=nothing,
+            system=VllmInstall("system", {}, None, False),
+            files={},
+            dirs={},
+            runner_pid=None,
+            vllm_pid=None,
+            serving={},
+            crashes=0,
+            port_listening=False,
+            endpoint=None,
+            unreadable=reason,
         )
 
     @property
@@ -263,7 +282,9 @@ def parse_probe(output: str) -> HostState:
         volume_writable=vol["writable"],
         free_bytes=vol["free_bytes"],
         systemd=data["systemd"],
-        venv=VllmInstall("venv", venv["dists"], venv["vllm_bin"], venv["python_ok"], venv["vllm_bin"].rsplit("/", 1)[0] + "/python"),
+        venv=VllmInstall(
+            "venv", venv["dists"], venv["vllm_bin"], venv["python_ok"], venv["vllm_bin"].rsplit("/", 1)[0] + "/python"
+        ),
         system=VllmInstall("system", system["dists"], system["vllm_bin"], True, system["python"]),
         files=data["files"],
         dirs=data["dirs"],

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from podkit.settings import Settings
 from podkit.host.diagnose import diagnose
 from podkit.host.probe import server_config
+from podkit.settings import Settings
 
 CRASH_LIMIT = 2
 
@@ -42,7 +42,7 @@ class WaitResult:
     log_tail: list[str]
 
     @classmethod
-    def parse(cls, output: str) -> "WaitResult":
+    def parse(cls, output: str) -> WaitResult:
         data = json.loads(output.strip().splitlines()[-1])
         runner = data.get("runner") or {}
         return cls(

@@ -17,10 +17,9 @@ from pathlib import Path
 import jinja2
 
 from podkit import PROJECT_ROOT
-
-from podkit.settings import UNIT_NAME, PackageSpec, Settings
-from podkit.plan.hostplan import HostPlan
 from podkit.host.probe import managed_files
+from podkit.plan.hostplan import HostPlan
+from podkit.settings import UNIT_NAME, PackageSpec, Settings
 
 TEMPLATES = PROJECT_ROOT / "templates"
 
@@ -60,14 +59,23 @@ def serve_argv(settings: Settings, vllm_bin: str, launch: HostPlan) -> list[str]
     """The ``vllm serve`` command line: data, with the preflight plan's choices (checkpoint,
     context length, TP size, parsers). Holds no secret: the key travels in VLLM_API_KEY."""
     argv = [
-        vllm_bin, "serve", launch.model,
-        "--served-model-name", settings.served_model_name,
-        "--host", settings.host,
-        "--port", str(settings.port),
-        "--max-model-len", str(launch.max_model_len),
-        "--gpu-memory-utilization", str(settings.gpu_memory_utilization),
-        "--kv-cache-dtype", settings.kv_cache_dtype,
-        "--tensor-parallel-size", str(launch.tensor_parallel_size),
+        vllm_bin,
+        "serve",
+        launch.model,
+        "--served-model-name",
+        settings.served_model_name,
+        "--host",
+        settings.host,
+        "--port",
+        str(settings.port),
+        "--max-model-len",
+        str(launch.max_model_len),
+        "--gpu-memory-utilization",
+        str(settings.gpu_memory_utilization),
+        "--kv-cache-dtype",
+        settings.kv_cache_dtype,
+        "--tensor-parallel-size",
+        str(launch.tensor_parallel_size),
     ]
     if launch.tool_call_parser:
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", launch.tool_call_parser]
@@ -108,9 +116,7 @@ def host_files(
     # the server reads only what is on the volume: a restart never touches the network
     server_env = {**paths.cache_env(), "HF_HUB_OFFLINE": "1", **settings.extra_env}
     files = {
-        "env": RenderedFile(
-            paths.env_file, env.get_template("env.sh.j2").render(env=server_env), "644"
-        ),
+        "env": RenderedFile(paths.env_file, env.get_template("env.sh.j2").render(env=server_env), "644"),
         "launch": RenderedFile(
             paths.launch_script,
             env.get_template("launch.sh.j2").render(

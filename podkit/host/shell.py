@@ -8,8 +8,8 @@ The CLI runs its remote commands through pyinfra's SSH connector
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 class RemoteError(RuntimeError):

@@ -28,7 +28,7 @@ class Architecture:
     state_bytes_per_seq: int = 0  # hybrid models: Mamba / linear-attention state
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> "Architecture":
+    def from_config(cls, config: dict[str, Any]) -> Architecture:
         c = {**config, **(config.get("text_config") or {})}
         layers = int(c["num_hidden_layers"])
         heads = int(c["num_attention_heads"])
@@ -37,22 +37,43 @@ class Architecture:
         head_dim = int(c.get("head_dim") or hidden // heads)
         experts = int(c.get("num_experts_per_tok") or 0)
         moe_inter = int(c.get("moe_intermediate_size") or 0)
-        inter = moe_inter * experts + int(c.get("shared_expert_intermediate_size") or 0) if experts and moe_inter else int(c.get("intermediate_size") or 4 * hidden)
+        inter = (
+            moe_inter * experts + int(c.get("shared_expert_intermediate_size") or 0)
+            if experts and moe_inter
+            else int(c.get("intermediate_size") or 4 * hidden)
+        )
         common = dict(
-            num_layers=layers, num_attention_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
-            hidden_size=hidden, intermediate_size=inter, vocab_size=int(c.get("vocab_size") or 32000),
+            num_layers=layers,
+            num_attention_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            hidden_size=hidden,
+            intermediate_size=inter,
+            vocab_size=int(c.get("vocab_size") or 32000),
             # unknown: no limit from the model (vLLM then takes the tokenizer's or the user's)
             max_position_embeddings=int(c.get("max_position_embeddings") or 1 << 30),
         )
         if c.get("kv_lora_rank"):
-            return cls("mla", attention_layers=layers, full_attention_layers=layers,
-                       kv_lora_rank=int(c["kv_lora_rank"]), qk_rope_head_dim=int(c.get("qk_rope_head_dim") or 64), **common)
+            return cls(
+                "mla",
+                attention_layers=layers,
+                full_attention_layers=layers,
+                kv_lora_rank=int(c["kv_lora_rank"]),
+                qk_rope_head_dim=int(c.get("qk_rope_head_dim") or 64),
+                **common,
+            )
         layer_types = list(c.get("layer_types") or [])
         pattern = c.get("hybrid_override_pattern")
         if pattern:  # Nemotron-H: M = Mamba, * = attention, - = MLP
             attention = pattern.count("*")
             state = _mamba_state_bytes(c) * pattern.count("M")
-            return cls("hybrid", attention_layers=attention, full_attention_layers=attention, state_bytes_per_seq=state, **common)
+            return cls(
+                "hybrid",
+                attention_layers=attention,
+                full_attention_layers=attention,
+                state_bytes_per_seq=state,
+                **common,
+            )
         if c.get("full_attention_interval") or any(t in ("linear_attention", "mamba") for t in layer_types):
             if layer_types:
                 attention = sum(1 for t in layer_types if t in ("full_attention", "attention"))
@@ -60,13 +81,25 @@ class Architecture:
                 attention = layers // int(c["full_attention_interval"])
             linear = layers - attention
             state = linear * _linear_state_bytes(c)
-            return cls("hybrid", attention_layers=attention, full_attention_layers=attention, state_bytes_per_seq=state, **common)
+            return cls(
+                "hybrid",
+                attention_layers=attention,
+                full_attention_layers=attention,
+                state_bytes_per_seq=state,
+                **common,
+            )
         window = int(c.get("sliding_window") or 0)
         sliding = sum(1 for t in layer_types if t == "sliding_attention")
         if window and not layer_types and c.get("use_sliding_window", True) and c.get("model_type") in ("gemma2",):
             sliding = layers // 2
         if window and sliding:
-            return cls("sliding_window", attention_layers=layers, full_attention_layers=layers - sliding, sliding_window=window, **common)
+            return cls(
+                "sliding_window",
+                attention_layers=layers,
+                full_attention_layers=layers - sliding,
+                sliding_window=window,
+                **common,
+            )
         return cls("standard", attention_layers=layers, full_attention_layers=layers, **common)
 
     def kv_bytes_per_token(self, tp: int, kv_dtype_bytes: int, layers: int | None = None) -> int:

@@ -20,10 +20,23 @@ from typing import Any
 
 #: Files vLLM reads besides the weights.
 SUPPORT_FILES = (
-    "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
-    "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt", "chat_template.json",
-    "chat_template.jinja", "*.jinja", "preprocessor_config.json", "processor_config.json",
-    "model.safetensors.index.json", "hf_quant_config.json", "quantization_config.json",
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.json",
+    "chat_template.jinja",
+    "*.jinja",
+    "preprocessor_config.json",
+    "processor_config.json",
+    "model.safetensors.index.json",
+    "hf_quant_config.json",
+    "quantization_config.json",
 )
 MISTRAL_FILES = ("params.json", "tekken.json", "consolidated*.safetensors")
 FP8_DTYPES = ("F8_E4M3", "F8_E5M2", "F8_E4M3FN", "F8_E8M0")
@@ -86,7 +99,11 @@ def needed_files(files: dict[str, int], *, mistral_format: bool = False) -> list
     names = sorted(files)
     if mistral_format:
         weights = [n for n in names if fnmatch.fnmatch(n, "consolidated*.safetensors")]
-        support = [n for n in names if any(fnmatch.fnmatch(n, p) for p in ("params.json", "tekken.json", "*.jinja", "generation_config.json"))]
+        support = [
+            n
+            for n in names
+            if any(fnmatch.fnmatch(n, p) for p in ("params.json", "tekken.json", "*.jinja", "generation_config.json"))
+        ]
     else:
         weights = [n for n in names if n.endswith(".safetensors") and "/" not in n and not n.startswith("consolidated")]
         support = [n for n in names if "/" not in n and any(fnmatch.fnmatch(n, p) for p in SUPPORT_FILES)]
@@ -149,8 +166,15 @@ def from_probe(path: str, data: dict[str, Any]) -> Checkpoint:
     """A checkpoint in a directory on the host, as podctl's probe read it."""
     if not data.get("config"):
         raise ModelError(f"{path} on the host has no readable config.json; check vllm_model")
-    return Checkpoint(path, None, data["config"], data["files"], data.get("dtypes") or {},
-                      _quant_config(data["config"], data.get("hf_quant_config")), local=True)
+    return Checkpoint(
+        path,
+        None,
+        data["config"],
+        data["files"],
+        data.get("dtypes") or {},
+        _quant_config(data["config"], data.get("hf_quant_config")),
+        local=True,
+    )
 
 
 def from_hub(model: str, *, api=None, token: str | None = None) -> Checkpoint:
@@ -172,7 +196,9 @@ def from_hub(model: str, *, api=None, token: str | None = None) -> Checkpoint:
         config = json.loads(Path(api.hf_hub_download(repo, "config.json", revision=info.sha)).read_text())
         hf_quant = None
         if "hf_quant_config.json" in files:
-            hf_quant = json.loads(Path(api.hf_hub_download(repo, "hf_quant_config.json", revision=info.sha)).read_text())
+            hf_quant = json.loads(
+                Path(api.hf_hub_download(repo, "hf_quant_config.json", revision=info.sha)).read_text()
+            )
         try:
             params = dict(api.get_safetensors_metadata(repo, revision=info.sha).parameter_count)
         except Exception:  # not a safetensors repo, or headers unreadable: sizes still plan
@@ -186,9 +212,7 @@ def from_hub(model: str, *, api=None, token: str | None = None) -> Checkpoint:
     except RevisionNotFoundError:
         raise ModelError(f"{repo} has no revision {revision!r}") from None
     except RepositoryNotFoundError:
-        raise ModelError(
-            f"{repo} does not exist on the hub (or is private: set HF_TOKEN); check vllm_model"
-        ) from None
+        raise ModelError(f"{repo} does not exist on the hub (or is private: set HF_TOKEN); check vllm_model") from None
     except EntryNotFoundError:
         raise ModelError(f"{repo} has no config.json: it is not a transformers checkpoint vLLM can serve") from None
     except Exception as exc:  # network: the client raises its HTTP library's errors

@@ -44,20 +44,32 @@ FAMILIES: dict[str, Family] = {
     "qwen3": Family("hermes", reasoning_parser="qwen3", model_types=("qwen3", "qwen3_moe")),
     "qwq": Family("hermes", reasoning_parser="deepseek_r1", names=(r"qwq",)),
     "qwen2.5": Family(
-        "hermes", model_types=("qwen2", "qwen2_moe"),
+        "hermes",
+        model_types=("qwen2", "qwen2_moe"),
         note="Qwen2.5-Coder often answers without <tool_call> tags; prefer Qwen3-Coder for agents",
     ),
-    "nemotron-nano": Family("qwen3_coder", reasoning_parser="nemotron_v3", names=(r"nemotron-3-nano",), model_types=("nemotron_h",)),
+    "nemotron-nano": Family(
+        "qwen3_coder", reasoning_parser="nemotron_v3", names=(r"nemotron-3-nano",), model_types=("nemotron_h",)
+    ),
     "devstral": Family("mistral", names=(r"devstral",), extra_args=MISTRAL_FORMAT, extra_args_when="params.json"),
-    "mistral": Family("mistral", model_types=("mistral", "mistral3", "ministral"), extra_args=MISTRAL_FORMAT, extra_args_when="params.json"),
+    "mistral": Family(
+        "mistral",
+        model_types=("mistral", "mistral3", "ministral"),
+        extra_args=MISTRAL_FORMAT,
+        extra_args_when="params.json",
+    ),
     "llama4": Family("llama4_pythonic", model_types=("llama4",)),
     "llama3": Family(
-        "llama3_json", names=(r"llama-3\.[123]", r"llama-3-"), model_types=("llama",),
+        "llama3_json",
+        names=(r"llama-3\.[123]", r"llama-3-"),
+        model_types=("llama",),
         chat_template="tool_chat_template_llama3.1_json.jinja",
     ),
     "gpt-oss": Family("openai", reasoning_parser="openai_gptoss", model_types=("gpt_oss",)),
     "deepseek-v3.1": Family("deepseek_v31", names=(r"deepseek-v3\.1",), model_types=("deepseek_v3",)),
-    "deepseek-r1": Family("deepseek_v3", reasoning_parser="deepseek_r1", names=(r"deepseek-r1",), model_types=("deepseek_v3",)),
+    "deepseek-r1": Family(
+        "deepseek_v3", reasoning_parser="deepseek_r1", names=(r"deepseek-r1",), model_types=("deepseek_v3",)
+    ),
     "deepseek-v3": Family("deepseek_v3", model_types=("deepseek_v3",)),
     "glm-4.7": Family("glm47", reasoning_parser="glm47", names=(r"glm-4\.7",), model_types=("glm4_moe",)),
     "glm-4.5": Family("glm45", reasoning_parser="glm45", model_types=("glm4_moe",)),

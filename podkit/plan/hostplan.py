@@ -10,17 +10,17 @@ with the overheads of the vLLM version the host will run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
-from podkit.settings import Settings
-from podkit.plan.families import Family, UnknownFamily, family_for
 from podkit.host.fetch import FetchSpec
 from podkit.host.preflight import choose_vllm
 from podkit.host.probe import HostState
 from podkit.plan.checkpoints import Checkpoint, ModelError, find_fp8_alternative, from_hub, from_probe
+from podkit.plan.families import Family, UnknownFamily, family_for
 from podkit.plan.gpus import Hardware, PlanError, gpu_by_name
 from podkit.plan.memory import Plan, make_plan
+from podkit.settings import Settings
 
 AUTO = "auto"
 
@@ -116,17 +116,30 @@ def plan_host(
             result.extra_args = fam.extra_args
 
     fp8 = None
-    if hardware and hardware.fp8_supported and prefer_fp8 and not checkpoint.is_fp8 and not checkpoint.local and not record:
+    if (
+        hardware
+        and hardware.fp8_supported
+        and prefer_fp8
+        and not checkpoint.is_fp8
+        and not checkpoint.local
+        and not record
+    ):
         fp8 = fp8_search(checkpoint)
     try:
         plan = make_plan(
-            checkpoint, hardware, fp8_alternative=fp8, prefer_fp8=prefer_fp8,
+            checkpoint,
+            hardware,
+            fp8_alternative=fp8,
+            prefer_fp8=prefer_fp8,
             tensor_parallel_size=settings.tensor_parallel_size,
             gpu_memory_utilization=settings.gpu_memory_utilization,
-            max_model_len=settings.max_model_len, kv_cache_dtype=settings.kv_cache_dtype,
+            max_model_len=settings.max_model_len,
+            kv_cache_dtype=settings.kv_cache_dtype,
             runtime_fp8="--quantization" in settings.extra_args,
             disk_free_bytes=None if checkpoint.local else state.free_bytes,
-            cached_bytes=state.hub_repos, family=family, vllm_version=vllm_version_for(settings, state),
+            cached_bytes=state.hub_repos,
+            family=family,
+            vllm_version=vllm_version_for(settings, state),
         )
     except PlanError as exc:
         result.problems.append(str(exc))

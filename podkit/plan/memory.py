@@ -30,11 +30,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from podkit.plan.architecture import Architecture
-from podkit.plan.gpus import GPUS, Hardware, PlanError, gpu_by_name, supports_fp8  # noqa: F401 (importable from here too)
+from podkit.plan.gpus import (  # noqa: F401 (importable from here too)
+    GPUS,
+    Hardware,
+    PlanError,
+    gpu_by_name,
+    supports_fp8,
+)
 
 GIB = 1024**3
 BLOCK = 16
 DTYPE_BYTES = {"auto": 2, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+
 
 @dataclass(frozen=True)
 class Overheads:
@@ -56,7 +63,9 @@ class Overheads:
     max_num_seqs: int = 256
 
     @classmethod
-    def for_version(cls, version: str, gpu_memory_gib: float = 80.0, max_num_batched_tokens: int | None = None) -> "Overheads":
+    def for_version(
+        cls, version: str, gpu_memory_gib: float = 80.0, max_num_batched_tokens: int | None = None
+    ) -> Overheads:
         major_minor = tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
         big = gpu_memory_gib >= 70
         if major_minor < (0, 21):
@@ -137,9 +146,12 @@ def plan_memory(
     fit_len = min(capacity, arch.max_position_embeddings)
     wanted = fit_len if max_model_len == "auto" else int(max_model_len)
     if available <= 0:
-        fits, reason = False, (
-            f"the weights ({weights / GIB:.1f} GiB per GPU) and vLLM's overheads "
-            f"({activation + non_torch + graphs:.1f} GiB) leave no memory for the KV cache"
+        fits, reason = (
+            False,
+            (
+                f"the weights ({weights / GIB:.1f} GiB per GPU) and vLLM's overheads "
+                f"({activation + non_torch + graphs:.1f} GiB) leave no memory for the KV cache"
+            ),
         )
     elif wanted > arch.max_position_embeddings:
         fits, reason = False, f"max_model_len {wanted} exceeds the model's {arch.max_position_embeddings} positions"
@@ -202,12 +214,18 @@ def suggestions(
     if kv_cache_dtype == "auto":
         alt = replan(kv_cache_dtype="fp8")
         if alt.max_model_len_fit > base.max_model_len_fit:
-            out.append(f"set vllm_kv_cache_dtype='fp8': {alt.max_model_len_fit} tokens of context fit" + (" (enough)" if alt.fits else ""))
+            out.append(
+                f"set vllm_kv_cache_dtype='fp8': {alt.max_model_len_fit} tokens of context fit"
+                + (" (enough)" if alt.fits else "")
+            )
     if fp8_alternative:
         if fp8_supported:
             alt = replan(use_fp8_checkpoint=True)
             if alt.max_model_len_fit > base.max_model_len_fit:
-                out.append(f"serve the FP8 checkpoint {fp8_alternative}: {alt.max_model_len_fit} tokens of context fit" + (" (enough)" if alt.fits else ""))
+                out.append(
+                    f"serve the FP8 checkpoint {fp8_alternative}: {alt.max_model_len_fit} tokens of context fit"
+                    + (" (enough)" if alt.fits else "")
+                )
         else:
             out.append(f"{fp8_alternative} exists but these GPUs lack FP8 support (compute capability 8.9+)")
     for tp in (2, 4, 8):
@@ -312,9 +330,14 @@ def make_plan(
         def replan(use_fp8_checkpoint=False, **changes):
             ckpt = fp8_alternative if use_fp8_checkpoint and fp8_alternative else chosen
             args = dict(
-                weight_bytes=ckpt.weight_bytes, gpu_memory_gib=hardware.gpu_memory_gib, gpu_count=hardware.gpu_count,
-                tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
-                max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype, runtime_fp8=runtime_fp8,
+                weight_bytes=ckpt.weight_bytes,
+                gpu_memory_gib=hardware.gpu_memory_gib,
+                gpu_count=hardware.gpu_count,
+                tensor_parallel_size=tensor_parallel_size,
+                gpu_memory_utilization=gpu_memory_utilization,
+                max_model_len=max_model_len,
+                kv_cache_dtype=kv_cache_dtype,
+                runtime_fp8=runtime_fp8,
                 vllm_version=vllm_version,
             )
             args.update(changes)
@@ -322,11 +345,21 @@ def make_plan(
 
         memory = replan()
         memory.suggestions = suggestions(
-            arch, memory, replan, gpu_count=hardware.gpu_count, kv_cache_dtype=kv_cache_dtype,
+            arch,
+            memory,
+            replan,
+            gpu_count=hardware.gpu_count,
+            kv_cache_dtype=kv_cache_dtype,
             fp8_alternative=None if chosen is fp8_alternative else (fp8_alternative.repo if fp8_alternative else None),
             fp8_supported=hardware.fp8_supported,
         )
-        if runtime_fp8 is False and not chosen.is_fp8 and fp8_alternative is None and not memory.fits and hardware.fp8_supported:
+        if (
+            runtime_fp8 is False
+            and not chosen.is_fp8
+            and fp8_alternative is None
+            and not memory.fits
+            and hardware.fp8_supported
+        ):
             memory.suggestions.append(
                 "no FP8 checkpoint was found; vllm_extra_args ['--quantization', 'fp8'] quantizes at load "
                 "(halves weight memory, not the download)"
@@ -338,11 +371,23 @@ def make_plan(
     if memory is not None:
         verdict = dict(memory.as_dict(), tensor_parallel_size=tensor_parallel_size or hardware.gpu_count)
     else:
-        verdict = dict.fromkeys(("weights_gib_per_gpu", "kv_bytes_per_token", *_GPU_ONLY, "available_kv_cache_gib",
-                                 "kv_cache_tokens", "max_concurrency", "max_model_len_fit"))
+        verdict = dict.fromkeys(
+            (
+                "weights_gib_per_gpu",
+                "kv_bytes_per_token",
+                *_GPU_ONLY,
+                "available_kv_cache_gib",
+                "kv_cache_tokens",
+                "max_concurrency",
+                "max_model_len_fit",
+            )
+        )
         verdict.update(
-            fits=True, reason="no GPU: the CPU build serves from host memory (no VRAM plan)", suggestions=[],
-            max_model_len=None if max_model_len == "auto" else max_model_len, tensor_parallel_size=1,
+            fits=True,
+            reason="no GPU: the CPU build serves from host memory (no VRAM plan)",
+            suggestions=[],
+            max_model_len=None if max_model_len == "auto" else max_model_len,
+            tensor_parallel_size=1,
         )
     if disk_fits is False:
         need = (missing + DISK_HEADROOM_BYTES) / 1e9
@@ -351,9 +396,10 @@ def make_plan(
             fix.append(f"use the FP8 checkpoint {fp8_alternative.repo} ({fp8_alternative.download_bytes / 1e9:.1f} GB)")
         fix += [f"grow the volume to at least {need:.0f} GB free", "remove other cached models (podkit cache clean)"]
         verdict.update(
-            fits=False, suggestions=fix + verdict["suggestions"],
+            fits=False,
+            suggestions=fix + verdict["suggestions"],
             reason=f"{chosen.repo} needs {missing / 1e9:.1f} GB to download (+{DISK_HEADROOM_BYTES / 1e9:.1f} GB "
-                   f"headroom) but the volume has {disk_free_bytes / 1e9:.1f} GB free",
+            f"headroom) but the volume has {disk_free_bytes / 1e9:.1f} GB free",
         )
     verdict["suggestions"] = tuple(verdict["suggestions"])
     return Plan(

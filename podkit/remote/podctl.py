@@ -18,8 +18,8 @@ and only says whether the answer was right.
 
 import glob
 import grp
-import importlib.util
 import hashlib
+import importlib.util
 import json
 import os
 import pwd
@@ -85,7 +85,9 @@ def gpus():
         try:
             out = subprocess.run(
                 ["nvidia-smi", "--query-gpu=" + query, "--format=csv,noheader,nounits"],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=30,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return {"nvidia_smi": True, "rc": -1, "lines": [str(exc)], "query": query}
@@ -138,7 +140,9 @@ def unit_state(name):
     try:
         out = subprocess.run(
             ["systemctl", "show", name, "--property=" + UNIT_PROPERTIES],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=15,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=15,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"name": name, "error": str(exc)}
@@ -185,12 +189,20 @@ def sudo_state(cfg, who, vol, unit):
         return {"needs": needs, "ok": None, "error": None}
     try:
         out = subprocess.run(
-            ["sudo", "-n", "true"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=15,
+            ["sudo", "-n", "true"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=15,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"needs": needs, "ok": False, "error": "sudo is not installed" if isinstance(exc, OSError) else str(exc)}
     text = out.stdout.decode(errors="replace").strip()
-    return {"needs": needs, "ok": out.returncode == 0, "error": None if out.returncode == 0 else text[-200:] or "exit %d" % out.returncode}
+    return {
+        "needs": needs,
+        "ok": out.returncode == 0,
+        "error": None if out.returncode == 0 else text[-200:] or "exit %d" % out.returncode,
+    }
 
 
 def metadata_fields(path):
@@ -422,8 +434,9 @@ def cache_problems(hub_cache):
         for name in files:
             blob = os.path.join(hub_cache, os.path.basename(root), "blobs", name[: -len(".lock")])
             if name.endswith(".lock") and not os.path.exists(blob):
-                found.append({"kind": "lock", "path": os.path.join(root, name), "bytes": 0,
-                              "repo": os.path.basename(root)})
+                found.append(
+                    {"kind": "lock", "path": os.path.join(root, name), "bytes": 0, "repo": os.path.basename(root)}
+                )
     if found:
         held = open_files()
         for item in found:
@@ -466,7 +479,7 @@ def repo_sizes(hub_cache):
     if hub_cache and os.path.isdir(hub_cache):
         for repo in os.listdir(hub_cache):
             if repo.startswith("models--"):
-                sizes[repo[len("models--"):].replace("--", "/")] = hub_cache_bytes(os.path.join(hub_cache, repo))
+                sizes[repo[len("models--") :].replace("--", "/")] = hub_cache_bytes(os.path.join(hub_cache, repo))
     return sizes
 
 
@@ -553,7 +566,7 @@ def serve_args(argv):
     """The arguments after ``serve`` (model first), or None when argv is not a vllm serve."""
     if not argv or "serve" not in argv:
         return None
-    return argv[argv.index("serve") + 1:]
+    return argv[argv.index("serve") + 1 :]
 
 
 def lines_with(needle, path, most=5):
@@ -597,10 +610,15 @@ def key_leaks(cfg):
             continue
         processes += 1
         if needle in cmdline:
-            program = read_text("/proc/%s/comm" % pid) or os.path.basename(cmdline.split(b"\0")[0].decode(errors="replace"))
+            program = read_text("/proc/%s/comm" % pid) or os.path.basename(
+                cmdline.split(b"\0")[0].decode(errors="replace")
+            )
             argv.append({"pid": int(pid), "program": "?" if key in program else program})
     result = {"argv": argv, "processes": processes, "unreadable": unreadable}
-    for name, paths in (("log", rotated(cfg["log_file"]) if cfg.get("log_file") else []), ("scripts", cfg.get("scripts") or [])):
+    for name, paths in (
+        ("log", rotated(cfg["log_file"]) if cfg.get("log_file") else []),
+        ("scripts", cfg.get("scripts") or []),
+    ):
         scanned = [lines_with(needle, path) for path in paths]
         result[name] = [hit for hit in scanned if hit and hit["count"]]
         result[name + "_searched"] = [hit["file"] for hit in scanned if hit]
@@ -643,7 +661,9 @@ def describe(cfg):
 
 def main(argv):
     command, cfg = argv[1], json.loads(argv[2])
-    result = {"probe": probe, "wait": wait, "cache": cache, "fetch-status": fetch_status, "describe": describe}[command](cfg)
+    result = {"probe": probe, "wait": wait, "cache": cache, "fetch-status": fetch_status, "describe": describe}[
+        command
+    ](cfg)
     sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
 
 

@@ -33,10 +33,10 @@ import json
 import os
 import socket
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 import paramiko
 
@@ -121,11 +121,14 @@ class PodKeys:
                 notes.append(f"pod {host.name} ({host.pod_id}): {now}; pyinfra will report it, the other pods go on")
                 key = known_key
             elif known_key is None:
-                notes.append(f"pod {host.name} ({host.pod_id}): new pod, trusting its host key {now.fingerprint} (first use)")
+                notes.append(
+                    f"pod {host.name} ({host.pod_id}): new pod, trusting its host key {now.fingerprint} (first use)"
+                )
                 key = now
             elif now != known_key:
                 restarted = (
-                    host.started_at is not None and known.get("started_at") is not None
+                    host.started_at is not None
+                    and known.get("started_at") is not None
                     and host.started_at > known["started_at"] + RESTART_SLACK_S
                 )
                 if restarted:
@@ -134,26 +137,39 @@ class PodKeys:
                         f"(RunPod API), and a restarted container makes a new key: trusting {now.fingerprint}"
                     )
                 elif host.pod_id not in accept and "all" not in accept:
-                    skipped.append(Skipped(host.name, host.pod_id, (
-                        f"its SSH host key changed ({known_key.fingerprint} -> {now.fingerprint} at {where}) "
-                        "although the RunPod API shows no restart since the key was recorded. "
-                        f"If you know why (e.g. sshd's keys were regenerated), re-run with {ACCEPT_ENV}={host.pod_id}; "
-                        "otherwise something else may answer at that address: do not connect"
-                    )))
+                    skipped.append(
+                        Skipped(
+                            host.name,
+                            host.pod_id,
+                            (
+                                f"its SSH host key changed ({known_key.fingerprint} -> {now.fingerprint} at {where}) "
+                                "although the RunPod API shows no restart since the key was recorded. "
+                                f"If you know why (e.g. sshd's keys were regenerated), re-run with {ACCEPT_ENV}={host.pod_id}; "
+                                "otherwise something else may answer at that address: do not connect"
+                            ),
+                        )
+                    )
                     continue
                 else:
-                    notes.append(f"pod {host.name} ({host.pod_id}): accepting its new host key {now.fingerprint} ({ACCEPT_ENV})")
+                    notes.append(
+                        f"pod {host.name} ({host.pod_id}): accepting its new host key {now.fingerprint} ({ACCEPT_ENV})"
+                    )
                 key = now
             else:
                 key = now
             if key is not None:
                 same_key = known_key == key
                 remembered[host.pod_id] = {
-                    "type": key.type, "key": key.key, "address": where,
-                    "first_seen": known["first_seen"] if same_key else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "type": key.type,
+                    "key": key.key,
+                    "address": where,
+                    "first_seen": known["first_seen"]
+                    if same_key
+                    else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     # dated only when the key was seen now: an unreachable pod's restart must
                     # not vouch for an older key
-                    "started_at": (known or {}).get("started_at") if isinstance(now, str) or host.started_at is None
+                    "started_at": (known or {}).get("started_at")
+                    if isinstance(now, str) or host.started_at is None
                     else host.started_at,
                 }
                 name = address if port == 22 else f"[{address}]:{port}"
@@ -165,8 +181,10 @@ class PodKeys:
 
     def _write(self, remembered: dict[str, dict], lines: list[str]) -> None:
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for path, text in ((self.store, json.dumps(remembered, indent=2, sort_keys=True) + "\n"),
-                           (self.known_hosts, "".join(line + "\n" for line in lines))):
+        for path, text in (
+            (self.store, json.dumps(remembered, indent=2, sort_keys=True) + "\n"),
+            (self.known_hosts, "".join(line + "\n" for line in lines)),
+        ):
             temporary = path.with_name(path.name + ".tmp")
             temporary.write_text(text)
             temporary.chmod(0o600)

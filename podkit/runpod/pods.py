@@ -18,9 +18,9 @@ import re
 import sys
 import time
 import types
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
-
+from typing import Any
 
 API_URL = "https://api.runpod.io"
 
@@ -60,7 +60,7 @@ def public_tcp_ports(pod: dict[str, Any]) -> tuple[str | None, dict[str, int]]:
     """The pod's public IP and its public TCP ports, as ``{private port: public port}``."""
     ip = None
     ports: dict[str, int] = {}
-    for port in ((pod.get("runtime") or {}).get("ports") or []):
+    for port in (pod.get("runtime") or {}).get("ports") or []:
         if port.get("isIpPublic") and port.get("type") == "tcp" and port.get("publicPort"):
             ports[str(port["privatePort"])] = int(port["publicPort"])
             ip = ip or port.get("ip")
@@ -68,7 +68,10 @@ def public_tcp_ports(pod: dict[str, Any]) -> tuple[str | None, dict[str, int]]:
 
 
 def pod_host(
-    pod: dict[str, Any], name: str | None = None, allow_no_gpu: bool = False, now: float | None = None,
+    pod: dict[str, Any],
+    name: str | None = None,
+    allow_no_gpu: bool = False,
+    now: float | None = None,
 ) -> PodHost | Skipped:
     """The SSH host for a RunPod pod (a ``get_pods()`` entry), or why it is left out.
     ``now`` (epoch seconds, default the clock) dates the container's start from ``uptimeSeconds``.
@@ -78,20 +81,30 @@ def pod_host(
     name = name or pod.get("name") or pod_id
     status = pod.get("desiredStatus")
     if status != "RUNNING":
-        return Skipped(name, pod_id, f"is {str(status).lower()}, not running: start it (runpodctl start pod {pod_id}) and re-run")
+        return Skipped(
+            name, pod_id, f"is {str(status).lower()}, not running: start it (runpodctl start pod {pod_id}) and re-run"
+        )
     if not pod.get("runtime"):
         return Skipped(name, pod_id, "is starting (no runtime yet): re-run in a minute")
     if not pod.get("gpuCount") and not allow_no_gpu:
-        return Skipped(name, pod_id, (
-            "came back with zero GPUs (its GPU was taken while it was stopped): "
-            "migrate it to a new pod with the same volume, or wait and restart it"
-        ))
+        return Skipped(
+            name,
+            pod_id,
+            (
+                "came back with zero GPUs (its GPU was taken while it was stopped): "
+                "migrate it to a new pod with the same volume, or wait and restart it"
+            ),
+        )
     ip, ports = public_tcp_ports(pod)
     if "22" not in ports or not ip:
-        return Skipped(name, pod_id, (
-            "has no public SSH port: expose 22/tcp with a public IP in the pod's settings "
-            "(the ssh.runpod.io gateway cannot run commands)"
-        ))
+        return Skipped(
+            name,
+            pod_id,
+            (
+                "has no public SSH port: expose 22/tcp with a public IP in the pod's settings "
+                "(the ssh.runpod.io gateway cannot run commands)"
+            ),
+        )
     data: dict[str, Any] = {
         "ssh_hostname": ip,
         "ssh_port": ports["22"],

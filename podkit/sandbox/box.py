@@ -118,7 +118,11 @@ class Sandbox:
         start = time.monotonic()
         proc = subprocess.run(
             [str(Path(sys.executable).parent / "pyinfra"), "-y", "--json", inventory, "deploy.py", *args],
-            cwd=PROJECT_ROOT, env=self.env(**(env or {})), capture_output=True, text=True, timeout=timeout,
+            cwd=PROJECT_ROOT,
+            env=self.env(**(env or {})),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         applied = Applied(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
         applied.sessions = self.sshd.sessions()[before:]
@@ -127,8 +131,12 @@ class Sandbox:
     def cli(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         """Run ``python cli.py ARGS`` from the project root against this sandbox."""
         return subprocess.run(
-            [sys.executable, "cli.py", *args], cwd=PROJECT_ROOT, env=self.env(),
-            capture_output=True, text=True, timeout=timeout,
+            [sys.executable, "cli.py", *args],
+            cwd=PROJECT_ROOT,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
 
     def down(self) -> dict[str, Any]:

@@ -254,7 +254,7 @@ class PrivateSshd:
         self.pid_file.unlink(missing_ok=True)
         argv = [self._sshd_binary(), "-D", "-f", str(self.config_file), "-E", str(self.log_file)]
         if self.setup:
-            script = f"set -e\n{self.setup}\nexec \"$@\""
+            script = f'set -e\n{self.setup}\nexec "$@"'
             argv = [_tool("unshare"), "--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh", *argv]
         if self.netns:
             argv = [_tool("ip"), "netns", "exec", self.netns, *argv]

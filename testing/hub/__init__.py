@@ -78,9 +78,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.root.is_dir():
         parser.error(f"{args.root}: not a directory")
-    hub = LocalHub(args.root, host=args.host, port=args.port, token=args.token,
-                   bytes_per_second=args.bytes_per_second)
-    hub.serve_forever_in_foreground(
-        ready=lambda url: print(f"testing.hub: serving {args.root} at {url}", flush=True)
-    )
+    hub = LocalHub(args.root, host=args.host, port=args.port, token=args.token, bytes_per_second=args.bytes_per_second)
+    hub.serve_forever_in_foreground(ready=lambda url: print(f"testing.hub: serving {args.root} at {url}", flush=True))
     return 0

@@ -187,9 +187,7 @@ class HubHandler(BaseHTTPRequestHandler):
             try:
                 tok = json.loads(Path(f.abspath).read_text())
                 trimmed = {
-                    k: tok[k]
-                    for k in ("bos_token", "eos_token", "pad_token", "unk_token", "chat_template")
-                    if k in tok
+                    k: tok[k] for k in ("bos_token", "eos_token", "pad_token", "unk_token", "chat_template") if k in tok
                 }
                 if trimmed:
                     config["tokenizer_config"] = trimmed
@@ -214,17 +212,16 @@ class HubHandler(BaseHTTPRequestHandler):
         sha = self._commit(repo, revision)
         dirs = repo.directories()
         if path and path not in dirs:
-            raise _HubError(404, "EntryNotFound", f"{path} does not exist on \"{revision}\"",
-                            {"X-Repo-Commit": sha})
+            raise _HubError(404, "EntryNotFound", f'{path} does not exist on "{revision}"', {"X-Repo-Commit": sha})
         recursive = _truthy(query.get("recursive"))
         expand = _truthy(query.get("expand"))
         prefix = path + "/" if path else ""
         entries: list[dict] = []
         for d in sorted(dirs):
-            if d.startswith(prefix) and (recursive or "/" not in d[len(prefix):]):
+            if d.startswith(prefix) and (recursive or "/" not in d[len(prefix) :]):
                 entries.append(self._dir_entry(repo, d))
         for p in sorted(repo.files):
-            if p.startswith(prefix) and (recursive or "/" not in p[len(prefix):]):
+            if p.startswith(prefix) and (recursive or "/" not in p[len(prefix) :]):
                 entries.append(repo.files[p].tree_entry())
         entries.sort(key=lambda e: e["path"])
         if expand:
@@ -287,8 +284,9 @@ class HubHandler(BaseHTTPRequestHandler):
                     start = max(size - int(b), 0)
                     end = size - 1
                 if start >= size or start > end:
-                    raise _HubError(416, None, "Range Not Satisfiable",
-                                    {"Content-Range": f"bytes */{size}", "X-Repo-Commit": sha})
+                    raise _HubError(
+                        416, None, "Range Not Satisfiable", {"Content-Range": f"bytes */{size}", "X-Repo-Commit": sha}
+                    )
                 status = 206
         length = end - start + 1 if size else 0
         headers = {

@@ -12,14 +12,25 @@ import re
 import struct
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from podkit.plan.checkpoints import safetensors_dtypes
 
 LFS_THRESHOLD = 10 * 1024 * 1024
 LFS_SUFFIXES = (
-    ".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx", ".npz", ".tar", ".zip",
+    ".safetensors",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".ckpt",
+    ".gguf",
+    ".h5",
+    ".msgpack",
+    ".onnx",
+    ".npz",
+    ".tar",
+    ".zip",
 )
 HUB_JSON = ".hub.json"
 DEFAULT_BRANCH = "main"
@@ -27,10 +38,22 @@ SHA_RE = re.compile(r"[0-9a-f]{40}")
 _MAX_SAFETENSORS_HEADER = 100_000_000
 # Bytes per element of each safetensors dtype (only used by the test helpers, kept here as the reference).
 SAFETENSORS_DTYPE_SIZES = {
-    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
-    "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
-    "I32": 4, "U32": 4, "F32": 4,
-    "I64": 8, "U64": 8, "F64": 8,
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "F8_E8M0": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F64": 8,
 }
 
 
@@ -117,7 +140,7 @@ def is_lfs(path: str, size: int) -> bool:
 
 
 def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def read_safetensors_header(path: str | os.PathLike) -> dict:

@@ -114,7 +114,7 @@ class LocalHub:
             httpd.server_close()
             self._httpd = None
 
-    def __enter__(self) -> "LocalHub":
+    def __enter__(self) -> LocalHub:
         self.start()
         return self
 
@@ -178,6 +178,7 @@ class LocalHub:
     def _hub_file(self, rel: str, abspath: str, st: os.stat_result) -> HubFile:
         key = (abspath, st.st_size, st.st_mtime_ns)
         if is_lfs(rel, st.st_size):
+
             def compute():
                 h = hashlib.sha256()
                 for chunk in iter_file(abspath):

@@ -48,6 +48,15 @@ class Pod:
         return self.box.api_key_file.read_text().strip()
 
 
+@pytest.fixture
+def serving(pod):
+    """The session's sandbox converged with the default data, whatever ran before: a test that
+    starts from a serving host asks for this, so no test depends on the file order."""
+    applied = pod.apply()
+    assert applied.rc == 0, applied.stderr[-3000:]
+    return pod
+
+
 @pytest.fixture(scope="session")
 def pod(tmp_path_factory):
     if shutil.which("sshd") is None and not Path("/usr/sbin/sshd").exists():

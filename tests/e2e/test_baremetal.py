@@ -90,7 +90,11 @@ class Box:
         start = time.monotonic()
         proc = subprocess.run(
             [str(Path(sys.executable).parent / "pyinfra"), "-y", "--json", str(self.inventory), "deploy.py", *args],
-            cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=1200,
+            cwd=PROJECT_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1200,
         )
         applied = Applied(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start)
         applied.sessions = self.sshd.sessions()[before:]
@@ -165,7 +169,10 @@ def test_a_user_without_sudo_is_stopped_before_anything_changes(box):
         in applied.stderr
     ), applied.stderr[-3000:]
     assert f"give {box.plain} passwordless sudo" in applied.stderr
-    assert f"or make the folder yourself: sudo install -d -o {box.plain} -g {box.plain} -m 0755 {box.volume}" in applied.stderr
+    assert (
+        f"or make the folder yourself: sudo install -d -o {box.plain} -g {box.plain} -m 0755 {box.volume}"
+        in applied.stderr
+    )
     assert not box.volume.exists(), "nothing may change on a host that fails preflight"
     assert len(applied.sessions) == 1, applied.sessions  # the probe, nothing else
 
@@ -240,14 +247,20 @@ def test_sudo_makes_the_volume_root_the_users_and_the_user_serves(box, pod):
     assert f"vLLM answers /health and lists '{SERVED_MODEL_NAME}'" in applied.stderr
     assert box.volume.stat().st_uid == user.pw_uid
     assert owned_by_root(box.volume, linked) == [], "nothing the deploy wrote is root's"
-    assert list((box.podkit / "venv").glob("lib/python3.*/site-packages/vllm-*+cpu.dist-info"))[0].stat().st_uid == user.pw_uid
+    assert (
+        list((box.podkit / "venv").glob("lib/python3.*/site-packages/vllm-*+cpu.dist-info"))[0].stat().st_uid
+        == user.pw_uid
+    )
     assert server_uids(box) == {"runner.pid": user.pw_uid, "vllm.pid": user.pw_uid}
     assert stat.S_IMODE(box.api_key_file.stat().st_mode) == 0o600
     assert stat.S_IMODE((box.podkit / "secrets" / "api_key").stat().st_mode) == 0o600
 
     verify = subprocess.run(
         [sys.executable, "cli.py", "verify", str(box.inventory), "--json"],
-        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     box.outputs += [verify.stdout, verify.stderr]
     report = json.loads(verify.stdout)["box"]

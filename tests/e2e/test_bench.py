@@ -20,9 +20,25 @@ def test_bench_measures_the_sandbox(pod, tmp_path):
     applied = pod.apply()
     assert applied.rc == 0, applied.stderr[-3000:]
     proc = pod.cli(
-        "bench", "inventories/sandbox.py", "--json", "--lengths", "256,1024,4096", "--ttft-requests", "2",
-        "--concurrency", "1,4", "--rounds", "2", "--prompt-tokens", "128", "--output-tokens", "16",
-        "--usd-per-hour", "0.5", "--output-dir", str(tmp_path),
+        "bench",
+        "inventories/sandbox.py",
+        "--json",
+        "--lengths",
+        "256,1024,4096",
+        "--ttft-requests",
+        "2",
+        "--concurrency",
+        "1,4",
+        "--rounds",
+        "2",
+        "--prompt-tokens",
+        "128",
+        "--output-tokens",
+        "16",
+        "--usd-per-hour",
+        "0.5",
+        "--output-dir",
+        str(tmp_path),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads(proc.stdout)["sandbox"]

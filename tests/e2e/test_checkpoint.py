@@ -3,6 +3,7 @@ sandbox host fetching from it with huggingface_hub in its vLLM venv, and vLLM se
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from testing.hub import LocalHub
 from podkit.sandbox.box import PROJECT_ROOT
 from podkit.sandbox.tinymodel import write_tiny_model
+from testing.hub import LocalHub
 
 pytestmark = pytest.mark.e2e
 TOKEN = "hf_" + "s3cr3t" * 6
@@ -32,15 +33,28 @@ def hub(tmp_path_factory):
 
 
 def hub_env(hub, tmp_path, **extra):
-    return {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf-controller"), "HF_HUB_DISABLE_TELEMETRY": "1",
-            "HF_TOKEN": "", **extra}
+    return {
+        "HF_ENDPOINT": hub.url,
+        "HF_HOME": str(tmp_path / "hf-controller"),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_TOKEN": "",
+        **extra,
+    }
 
 
 def snapshot_files(pod, repo):
     return sorted((pod.podkit / "cache" / "huggingface" / "hub" / f"models--{repo.replace('/', '--')}").rglob("*"))
 
 
+def forget(pod, repo):
+    """Remove ``repo`` from the volume's hub cache, so the next apply must fetch it."""
+    shutil.rmtree(
+        pod.podkit / "cache" / "huggingface" / "hub" / f"models--{repo.replace('/', '--')}", ignore_errors=True
+    )
+
+
 def test_fetch_then_serve_the_snapshot(pod, hub, tmp_path):
+    forget(pod, "acme/tiny-coder")  # whatever ran before, this apply downloads it
     applied = pod.apply("--data", "vllm_model=acme/tiny-coder", env=hub_env(hub, tmp_path))
     assert applied.rc == 0, applied.stderr[-3000:]
     assert "fetched acme/tiny-coder@" in applied.stderr
@@ -49,11 +63,12 @@ def test_fetch_then_serve_the_snapshot(pod, hub, tmp_path):
     assert "model.safetensors" in record["files"] and "README.md" not in record["files"]
     launch = (pod.podkit / "bin" / "launch.sh").read_text()
     assert f"serve {record['snapshot']}" in launch
-    assert 'HF_HUB_OFFLINE=1' in (pod.podkit / "bin" / "env.sh").read_text()
+    assert "HF_HUB_OFFLINE=1" in (pod.podkit / "bin" / "env.sh").read_text()
     assert pod.cli("verify", "inventories/sandbox.py").returncode == 0
 
 
 def test_a_complete_snapshot_is_a_noop_without_any_hub_request(pod, hub, tmp_path):
+    assert pod.apply("--data", "vllm_model=acme/tiny-coder", env=hub_env(hub, tmp_path)).rc == 0  # fetched, served
     hub.clear_log()
     applied = pod.apply("--data", "vllm_model=acme/tiny-coder", env=hub_env(hub, tmp_path))
     assert applied.rc == 0, applied.stderr[-3000:]
@@ -67,9 +82,19 @@ def test_a_killed_download_is_cleaned_and_completed_on_reapply(pod, hub, tmp_pat
     run = pod.podkit / "run"
     env = pod.box.env(**hub_env(hub, tmp_path))
     apply = subprocess.Popen(
-        [str(Path(sys.executable).parent / "pyinfra"), "-y", "inventories/sandbox.py", "deploy.py",
-         "--data", "vllm_model=acme/tiny-coder-b"],
-        cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            str(Path(sys.executable).parent / "pyinfra"),
+            "-y",
+            "inventories/sandbox.py",
+            "deploy.py",
+            "--data",
+            "vllm_model=acme/tiny-coder-b",
+        ],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -113,7 +138,10 @@ def test_back_to_the_local_checkpoint(pod):
     assert pod.cli("verify", "inventories/sandbox.py").returncode == 0
 
 
-def test_cache_ls_and_clean_from_the_cli(pod):
+def test_cache_ls_and_clean_from_the_cli(pod, hub, tmp_path):
+    if not (pod.podkit / "cache" / "huggingface" / "hub" / "models--acme--tiny-coder").exists():
+        assert pod.apply("--data", "vllm_model=acme/tiny-coder", env=hub_env(hub, tmp_path)).rc == 0
+        assert pod.apply().rc == 0  # the local checkpoint serves again; the snapshot stays cached
     blobs = pod.podkit / "cache" / "huggingface" / "hub" / "models--acme--tiny-coder" / "blobs"
     orphan = blobs / "0123abcd.deadbeef.incomplete"
     orphan.write_bytes(b"\0" * 4096)

@@ -22,8 +22,21 @@ def test_eval_records_every_run_and_compare_reads_two_records(pod, tmp_path):
     assert applied.rc == 0, applied.stderr[-3000:]
     out = tmp_path / "records"
 
-    first = pod.cli("eval", "inventories/sandbox.py", "--runs", "2", "--profile", "coding", "--profile", "chat",
-                    "--max-tokens", MAX_TOKENS, "--output-dir", str(out), "--json")
+    first = pod.cli(
+        "eval",
+        "inventories/sandbox.py",
+        "--runs",
+        "2",
+        "--profile",
+        "coding",
+        "--profile",
+        "chat",
+        "--max-tokens",
+        MAX_TOKENS,
+        "--output-dir",
+        str(out),
+        "--json",
+    )
     assert first.returncode == 0, first.stderr[-3000:]
     assert "sandbox  coding  explain   run 1/2:" in first.stderr
     path = Path(json.loads(first.stdout)["sandbox"]["record"])
@@ -67,8 +80,22 @@ def test_eval_records_every_run_and_compare_reads_two_records(pod, tmp_path):
         assert total["possible"] == 20 and 0 <= total["score"] <= 20
     assert record["profile_differences"][0]["possible"] == 20
 
-    second = pod.cli("eval", "inventories/sandbox.py", "--runs", "2", "--profile", "coding", "--task", "explain",
-                     "--task", "bugfix", "--max-tokens", MAX_TOKENS, "--output-dir", str(out))
+    second = pod.cli(
+        "eval",
+        "inventories/sandbox.py",
+        "--runs",
+        "2",
+        "--profile",
+        "coding",
+        "--task",
+        "explain",
+        "--task",
+        "bugfix",
+        "--max-tokens",
+        MAX_TOKENS,
+        "--output-dir",
+        str(out),
+    )
     assert second.returncode == 0, second.stderr[-3000:]
     assert "record:" in second.stdout and "coding   total" in second.stdout
     later = [p for p in out.glob("*.json") if p != path]

@@ -57,16 +57,24 @@ class Fleet:
         self.api = RunPodReplay(api_key=API_KEY).start()
 
     def env(self, **extra):
-        return {"RUNPOD_API_KEY": API_KEY, "RUNPOD_API_BASE_URL": self.api.url, "PODKIT_STATE_DIR": str(self.state),
-                **extra}
+        return {
+            "RUNPOD_API_KEY": API_KEY,
+            "RUNPOD_API_BASE_URL": self.api.url,
+            "PODKIT_STATE_DIR": str(self.state),
+            **extra,
+        }
 
     def apply(self, **env):
         return self.pod.box.apply(inventory=str(self.inventory), env=self.env(**env))
 
     def verify(self, *args):
         return subprocess.run(
-            [sys.executable, "cli.py", "verify", str(self.inventory), "--json", *args], cwd=PROJECT_ROOT,
-            env={**os.environ, **self.env()}, capture_output=True, text=True, timeout=600,
+            [sys.executable, "cli.py", "verify", str(self.inventory), "--json", *args],
+            cwd=PROJECT_ROOT,
+            env={**os.environ, **self.env()},
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
 
     def sessions(self, name):
@@ -106,8 +114,11 @@ def test_pods_are_found_deployed_and_verified(fleet):
     fleet.api.pods = [
         running_pod("poda000000001", "coder-a", a.hostname, a.port, volume, cost_per_hr=0.79),
         running_pod("podb000000001", "coder-b", b.hostname, b.port, volume, cost_per_hr=0.34),
-        {**running_pod("podc000000001", "coder-c", "203.0.113.9", 40022, volume), "desiredStatus": "EXITED",
-         "runtime": None},
+        {
+            **running_pod("podc000000001", "coder-c", "203.0.113.9", 40022, volume),
+            "desiredStatus": "EXITED",
+            "runtime": None,
+        },
     ]
     applied = fleet.apply()
     assert applied.rc == 0, applied.stderr[-4000:]
@@ -163,9 +174,11 @@ def test_a_migrated_pod_is_found_at_its_new_address_and_serves_again_in_seconds(
     verify = fleet.verify()
     assert verify.returncode == 0, verify.stdout[-3000:]
     assert json.loads(verify.stdout)["coder-a"]["endpoint"] == f"http://{a.hostname}:{PORT}"
-    print(f"\nre-apply after migration: {seconds:.1f}s wall, {remote} remote commands on the pod, "
-          f"{len(changed)} ops changed ({', '.join(changed)}); pod received {pod_a.rx_bytes() - before_rx} bytes "
-          "in all (SSH and HTTP only: the namespace has no other route)")
+    print(
+        f"\nre-apply after migration: {seconds:.1f}s wall, {remote} remote commands on the pod, "
+        f"{len(changed)} ops changed ({', '.join(changed)}); pod received {pod_a.rx_bytes() - before_rx} bytes "
+        "in all (SSH and HTTP only: the namespace has no other route)"
+    )
 
 
 def test_a_pod_restarted_in_place_is_trusted_with_its_new_key_and_serves_again(fleet):

@@ -46,15 +46,19 @@ def test_malformed_datum_stops_the_run_before_any_remote_command(box):
 
 def test_gated_hub_model_stops_the_host_before_any_download(box, tmp_path):
     from testing.hub import LocalHub
-
-    from ..unit.test_hostplan import repo_files
-    from testing.hub_repos import write_repo
+    from testing.hub_repos import repo_files, write_repo
 
     write_repo(tmp_path / "hub", "acme/Gated-7B", repo_files(), {"gated": True})
     with LocalHub(tmp_path / "hub", token="hf_" + "t" * 12) as hub:
         applied = box.apply(
-            "--data", "vllm_model=acme/Gated-7B",
-            env={"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1", "HF_TOKEN": ""},
+            "--data",
+            "vllm_model=acme/Gated-7B",
+            env={
+                "HF_ENDPOINT": hub.url,
+                "HF_HOME": str(tmp_path / "hf"),
+                "HF_HUB_DISABLE_TELEMETRY": "1",
+                "HF_TOKEN": "",
+            },
         )
         downloads = [path for method, path in hub.requests if method == "GET" and path.endswith(".safetensors")]
     assert applied.rc != 0
@@ -66,8 +70,8 @@ def test_gated_hub_model_stops_the_host_before_any_download(box, tmp_path):
 def test_a_volume_too_small_for_the_download_is_refused_before_any_byte(tmp_path):
     import subprocess
 
-    from testing.hub import LocalHub
     from podkit.sandbox.tinymodel import write_tiny_model
+    from testing.hub import LocalHub
 
     box = Sandbox(tmp_path / "small")
     box.volume.mkdir(parents=True)
@@ -78,14 +82,24 @@ def test_a_volume_too_small_for_the_download_is_refused_before_any_byte(tmp_path
         write_tiny_model(tmp_path / "hub" / "acme" / "tiny-coder")
         with LocalHub(tmp_path / "hub") as hub:
             applied = box.apply(
-                "--data", "vllm_model=acme/tiny-coder",
+                "--data",
+                "vllm_model=acme/tiny-coder",
                 env={"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1"},
             )
             # metadata only: config.json, and safetensors headers through Range requests
-            downloads = [r["path"] for r in hub.request_log if r["method"] == "GET" and "/resolve/" in r["path"]
-                         and not r["range"] and not r["path"].endswith("config.json")]
+            downloads = [
+                r["path"]
+                for r in hub.request_log
+                if r["method"] == "GET"
+                and "/resolve/" in r["path"]
+                and not r["range"]
+                and not r["path"].endswith("config.json")
+            ]
         assert applied.rc != 0
-        assert "acme/tiny-coder needs 0.0 GB to download (+2.1 GB headroom) but the volume has 0.0 GB free" in applied.stderr
+        assert (
+            "acme/tiny-coder needs 0.0 GB to download (+2.1 GB headroom) but the volume has 0.0 GB free"
+            in applied.stderr
+        )
         assert "grow the volume" in applied.stderr
         assert downloads == [] and not (box.volume / "podkit").exists()
     finally:

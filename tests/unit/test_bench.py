@@ -7,7 +7,7 @@ import math
 import struct
 import threading
 import zlib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -18,7 +18,12 @@ from podkit.client.bench import Bench, BenchAborted, Options, overall, record_pa
 from podkit.client.bench.prompts import MAX_TOKENIZE_CALLS, build_prompt, cap_lengths
 from podkit.client.bench.run import TTFT_OUTPUT_TOKENS
 from podkit.client.bench.stats import (
-    Timing, aggregate_length, aggregate_level, percentile, summary, usd_per_million_tokens,
+    Timing,
+    aggregate_length,
+    aggregate_level,
+    percentile,
+    summary,
+    usd_per_million_tokens,
 )
 from podkit.client.serverinfo import ServerInfo
 
@@ -124,8 +129,14 @@ def test_build_prompt_below_its_header_is_refused():
 
 
 def timing(start, chunks, tokens=None, prompt_tokens=None, error=None):
-    return Timing(start, list(chunks), end=chunks[-1] if chunks else start, prompt_tokens=prompt_tokens,
-                  output_tokens=tokens if tokens is not None else (len(chunks) if chunks else None), error=error)
+    return Timing(
+        start,
+        list(chunks),
+        end=chunks[-1] if chunks else start,
+        prompt_tokens=prompt_tokens,
+        output_tokens=tokens if tokens is not None else (len(chunks) if chunks else None),
+        error=error,
+    )
 
 
 def test_aggregate_level_from_recorded_chunks():
@@ -165,14 +176,16 @@ def test_aggregate_level_with_nothing_completed():
 
 def test_aggregate_length_keeps_the_warmup_out():
     warmup = timing(0.0, [2.0])  # paid for compilation
-    row = aggregate_length(1024, warmup, [timing(0.0, [0.2], prompt_tokens=1024), timing(1.0, [1.4], prompt_tokens=1024)])
+    row = aggregate_length(
+        1024, warmup, [timing(0.0, [0.2], prompt_tokens=1024), timing(1.0, [1.4], prompt_tokens=1024)]
+    )
     assert row["first_request_ttft_s"] == 2.0
     assert row["ttft_s"]["n"] == 2 and row["ttft_s"]["p50"] == pytest.approx(0.3)
     assert row["prompt_tokens"] == [1024] and row["errors"] == []
 
 
 def test_record_path():
-    when = datetime(2026, 3, 4, 5, 6, 7, tzinfo=timezone.utc)
+    when = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
     assert record_path(Path("/p/runs/bench"), "pod/1 a", when) == Path("/p/runs/bench/20260304T050607Z-pod_1_a.json")
 
 
@@ -192,6 +205,7 @@ def png_size(path):
 
 
 # ---------------------------------------------------------------- a whole run against a fake server
+
 
 class FakeVllm(BaseHTTPRequestHandler):
     """Enough of vLLM's API for bench: /v1/models, /tokenize (a token per word, of a prompt or a
@@ -241,8 +255,13 @@ class FakeVllm(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
         for index in range(body["max_tokens"]):
-            chunk = {"id": "c", "object": "text_completion", "created": 0, "model": "m",
-                     "choices": [{"index": 0, "text": f" t{index}", "finish_reason": None}]}
+            chunk = {
+                "id": "c",
+                "object": "text_completion",
+                "created": 0,
+                "model": "m",
+                "choices": [{"index": 0, "text": f" t{index}", "finish_reason": None}],
+            }
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
             self.wfile.flush()
         usage = {"prompt_tokens": count, "completion_tokens": body["max_tokens"], "total_tokens": 0}
@@ -263,8 +282,15 @@ def fake_server():
 
 
 ARGS = ["/models/m", "--served-model-name", "m", "--max-model-len", "1024", "--enforce-eager"]
-SMALL = Options(lengths=(64, 512, 4096), ttft_requests=2, concurrency=(1, 3), rounds=2,
-                prompt_tokens=32, output_tokens=8, timeout=10)
+SMALL = Options(
+    lengths=(64, 512, 4096),
+    ttft_requests=2,
+    concurrency=(1, 3),
+    rounds=2,
+    prompt_tokens=32,
+    output_tokens=8,
+    timeout=10,
+)
 
 
 def test_a_whole_run(fake_server, tmp_path):

@@ -5,20 +5,21 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from podkit.settings import (
-    KEYS, SETTINGS, PackageSpec, Paths, Settings, SettingsError, default_served_name, defaults, settings_table,
+    KEYS,
+    SETTINGS,
+    PackageSpec,
+    Paths,
+    Settings,
+    SettingsError,
+    default_served_name,
+    defaults,
+    settings_table,
 )
-
-ROOT = Path(__file__).resolve().parent.parent.parent
-
-
-def sample_data():
-    """Every setting's declared default: what group_data/all.py gives every host."""
-    return defaults()
+from tests.helpers import ROOT, sample_data  # noqa: E402
 
 
 def test_each_setting_is_declared_once_with_a_one_line_meaning():
@@ -127,7 +128,11 @@ def test_missing_keys_say_run_from_project_root():
 
 @pytest.mark.parametrize(
     "model, name",
-    [("Qwen/Qwen3-Coder-30B-A3B-Instruct", "Qwen3-Coder-30B-A3B-Instruct"), ("/w/models/tiny/", "tiny"), ("org/m@abc123", "m")],
+    [
+        ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "Qwen3-Coder-30B-A3B-Instruct"),
+        ("/w/models/tiny/", "tiny"),
+        ("org/m@abc123", "m"),
+    ],
 )
 def test_served_name_defaults_to_last_part(model, name):
     assert default_served_name(model) == name
@@ -137,8 +142,14 @@ def test_every_cache_is_on_the_volume():
     paths = Paths("/workspace")
     env = paths.cache_env()
     assert set(env) >= {
-        "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME", "VLLM_CACHE_ROOT",
-        "TMPDIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
+        "HF_HOME",
+        "HF_HUB_CACHE",
+        "HUGGINGFACE_HUB_CACHE",
+        "XDG_CACHE_HOME",
+        "VLLM_CACHE_ROOT",
+        "TMPDIR",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "TRITON_CACHE_DIR",
     }
     assert all(value.startswith("/workspace/podkit/") for value in env.values())
     assert paths.directories()[paths.secrets] == "700"

@@ -3,7 +3,7 @@ splice readers, stability, the noise rule, records and their comparison, and the
 against a fake client."""
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,7 +11,6 @@ import openai
 import pytest
 from click.testing import CliRunner
 
-from podkit_cli import cli
 from podkit.client.eval import PROFILES, TASK_ORDER, compare, compare_table, load_record, load_tasks, table
 from podkit.client.eval.answers import PatchError, apply_unified_diff
 from podkit.client.eval.endpoint import Endpoint, Unreachable
@@ -19,6 +18,7 @@ from podkit.client.eval.harness import build_record, evaluate, profile_differenc
 from podkit.client.eval.profiles import generation_config_of, resolve_profiles
 from podkit.client.eval.scoring import is_noise, longest_function, score_code, score_explain, stability
 from podkit.client.eval.tools import execute_tool, run_tool_task
+from podkit_cli import cli
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "eval"
 CASES = json.loads((FIXTURES / "cases.json").read_text())
@@ -31,12 +31,17 @@ def answer(name: str) -> str:
 
 # ---------------------------------------------------------------- a fake OpenAI client
 
+
 def response(content=None, tool_calls=(), finish_reason="stop"):
-    calls = [SimpleNamespace(id=c["id"], function=SimpleNamespace(name=c["name"], arguments=c["arguments"]))
-             for c in tool_calls]
+    calls = [
+        SimpleNamespace(id=c["id"], function=SimpleNamespace(name=c["name"], arguments=c["arguments"]))
+        for c in tool_calls
+    ]
     message = SimpleNamespace(content=content, tool_calls=calls or None)
-    return SimpleNamespace(choices=[SimpleNamespace(message=message, finish_reason=finish_reason)],
-                           usage=SimpleNamespace(prompt_tokens=100, completion_tokens=20))
+    return SimpleNamespace(
+        choices=[SimpleNamespace(message=message, finish_reason=finish_reason)],
+        usage=SimpleNamespace(prompt_tokens=100, completion_tokens=20),
+    )
 
 
 class FakeClient:
@@ -57,9 +62,11 @@ class FakeClient:
 
 def scripted(turns):
     """A reply function that plays a tool conversation: turn N answers the request with N-1 assistant turns."""
+
     def reply(kwargs):
         turn = turns[sum(1 for m in kwargs["messages"] if m["role"] == "assistant")]
         return response(turn["content"], turn["tool_calls"])
+
     return reply
 
 
@@ -68,11 +75,13 @@ SHOWN_FILE = {"ttl_cache.py": "explain", "intervals.py": "bugfix", "durations.py
 
 def replaying(answers: dict[str, str], tools: list[dict]):
     """A reply function for the whole battery: the task is known by the file its prompt shows."""
+
     def reply(kwargs):
         if kwargs.get("tools"):
             return scripted(tools)(kwargs)
         task = next(t for name, t in SHOWN_FILE.items() if f"`{name}`" in kwargs["messages"][-1]["content"])
         return response(answers[task])
+
     return reply
 
 
@@ -80,6 +89,7 @@ PARAMS = PROFILES["coding"]
 
 
 # ---------------------------------------------------------------- correctness of one answer
+
 
 @pytest.mark.parametrize("case", CASES, ids=[c["answer"] for c in CASES])
 def test_recorded_answers_score_as_expected(case):
@@ -121,8 +131,10 @@ def test_a_diff_is_matched_by_content_near_the_stated_line():
 
 
 def test_a_diff_for_several_files_applies_only_the_targets_hunks():
-    diff = ("--- a/other.py\n+++ b/other.py\n@@ -1 +1 @@\n-a\n+OTHER\n"
-            "--- a/intervals.py\n+++ b/intervals.py\n@@ -1 +1 @@\n-a\n+MINE\n")
+    diff = (
+        "--- a/other.py\n+++ b/other.py\n@@ -1 +1 @@\n-a\n+OTHER\n"
+        "--- a/intervals.py\n+++ b/intervals.py\n@@ -1 +1 @@\n-a\n+MINE\n"
+    )
     assert apply_unified_diff("a\n", diff, "intervals.py") == "MINE\n"
 
 
@@ -133,6 +145,7 @@ def test_longest_function_ignores_docstrings_blanks_and_comments():
 
 
 # ---------------------------------------------------------------- stability and noise
+
 
 def test_identical_runs_are_stable():
     assert stability([2, 2, 2], ["def f():\n    return 1\n"] * 3) == (2, 1.0)
@@ -160,21 +173,32 @@ def test_one_run_has_no_stability():
 
 @pytest.mark.parametrize(
     "a, b, possible, noise",
-    [(10, 11.9, 20, True), (10, 12, 20, False), (12, 10, 20, False), (5, 5, 10, True), (3, 3.9, 10, True), (3, 4, 10, False)],
+    [
+        (10, 11.9, 20, True),
+        (10, 12, 20, False),
+        (12, 10, 20, False),
+        (5, 5, 10, True),
+        (3, 3.9, 10, True),
+        (3, 4, 10, False),
+    ],
 )
 def test_differences_under_a_tenth_of_the_possible_score_are_noise(a, b, possible, noise):
     assert is_noise(a, b, possible) is noise
 
 
 def test_profile_totals_are_compared_with_the_noise_rule():
-    totals = {"coding": {"score": 14.0, "possible": 20}, "chat": {"score": 12.5, "possible": 20},
-              "other": {"score": 9.0, "possible": 20}}
+    totals = {
+        "coding": {"score": 14.0, "possible": 20},
+        "chat": {"score": 12.5, "possible": 20},
+        "other": {"score": 9.0, "possible": 20},
+    }
     rows = {(r["a"], r["b"]): r for r in profile_differences(totals)}
     assert rows[("coding", "chat")] == {"a": "coding", "b": "chat", "difference": -1.5, "possible": 20, "noise": True}
     assert rows[("coding", "other")]["noise"] is False
 
 
 # ---------------------------------------------------------------- profiles
+
 
 def test_the_coding_profile_is_the_documented_one():
     assert PROFILES["coding"] == {"temperature": 0.15, "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0}
@@ -198,8 +222,9 @@ def test_chat_falls_back_to_the_qwen_defaults_and_says_so():
 def test_the_generation_config_comes_with_the_hosts_one_describe():
     from podkit.client.serverinfo import ServerInfo
 
-    found = ServerInfo("h", generation_config={"path": "/vol/models/my model/generation_config.json",
-                                               "config": {"temperature": 0.6}})
+    found = ServerInfo(
+        "h", generation_config={"path": "/vol/models/my model/generation_config.json", "config": {"temperature": 0.6}}
+    )
     assert generation_config_of(found) == ({"temperature": 0.6}, "/vol/models/my model/generation_config.json")
     assert generation_config_of(ServerInfo("h"))[0] is None
     missing = ServerInfo("h", generation_config={"path": "/m/generation_config.json", "error": "No such file"})
@@ -207,6 +232,7 @@ def test_the_generation_config_comes_with_the_hosts_one_describe():
 
 
 # ---------------------------------------------------------------- the endpoint
+
 
 def test_sampling_goes_out_with_top_k_and_repetition_penalty_in_extra_body():
     client = FakeClient(lambda kwargs: response("hi"))
@@ -227,8 +253,9 @@ def test_max_tokens_is_trimmed_to_what_the_context_leaves():
 
 def test_an_error_fails_the_run_but_a_refused_connection_stops_the_host():
     request = SimpleNamespace(method="POST", url="http://x/v1/chat/completions")
-    bad = openai.BadRequestError("context too long", response=SimpleNamespace(
-        status_code=400, headers={}, request=request), body=None)
+    bad = openai.BadRequestError(
+        "context too long", response=SimpleNamespace(status_code=400, headers={}, request=request), body=None
+    )
     turn = Endpoint(FakeClient(lambda kwargs: bad), "m", 10).chat([], PARAMS)
     assert turn.error.startswith("BadRequestError") and turn.content is None
     refused = openai.APIConnectionError(request=request)
@@ -241,6 +268,7 @@ def test_an_error_fails_the_run_but_a_refused_connection_stops_the_host():
 
 # ---------------------------------------------------------------- the tool loop
 
+
 def tool_script(name):
     return json.loads((FIXTURES / name).read_text())["turns"]
 
@@ -251,8 +279,10 @@ def test_the_tool_loop_reads_writes_and_passes_the_tests():
     assert score == 2, info["detail"]
     assert info["stop"] == "answered" and info["turns"] == 4 and sorted(info["changed"]) == ["config.py", "loader.py"]
     assert info["transcript"][0]["results"][0] == TASKS["tools"].files()["config.py"]
-    assert all(r["tool_choice"] == "auto" and [t["function"]["name"] for t in r["tools"]] == ["read_file", "write_file"]
-               for r in client.requests)
+    assert all(
+        r["tool_choice"] == "auto" and [t["function"]["name"] for t in r["tools"]] == ["read_file", "write_file"]
+        for r in client.requests
+    )
     # the model sees its own calls and their results
     last = client.requests[-1]["messages"]
     assert [m["role"] for m in last[2:]] == ["assistant", "tool", "tool", "assistant", "tool", "assistant", "tool"]
@@ -260,8 +290,9 @@ def test_the_tool_loop_reads_writes_and_passes_the_tests():
 
 
 def test_the_tool_loop_refuses_test_edits_and_paths_outside_and_scores_a_half_change():
-    score, info = run_tool_task(Endpoint(FakeClient(scripted(tool_script("tools_partial.json"))), "m", 100),
-                                TASKS["tools"], PARAMS)
+    score, info = run_tool_task(
+        Endpoint(FakeClient(scripted(tool_script("tools_partial.json"))), "m", 100), TASKS["tools"], PARAMS
+    )
     assert score == 1 and list(info["changed"]) == ["loader.py"] and not info["tests"]["passed"]
     results = [r for step in info["transcript"] for r in step.get("results", [])]
     assert results[0].startswith("error: '../../etc/passwd' is not a file of the workspace")
@@ -279,19 +310,34 @@ def test_the_tool_loop_stops_at_the_turn_limit():
 
 def test_a_written_test_file_is_restored_before_the_tests_run(tmp_path):
     (tmp_path / "test_x.py").write_text("original")
-    assert execute_tool(tmp_path, "write_file", json.dumps({"path": "test_x.py", "content": "pass"}), ["test_x.py"]).startswith("error")
+    assert execute_tool(
+        tmp_path, "write_file", json.dumps({"path": "test_x.py", "content": "pass"}), ["test_x.py"]
+    ).startswith("error")
     assert (tmp_path / "test_x.py").read_text() == "original"
     assert execute_tool(tmp_path, "read_file", json.dumps({"path": "nope.py"}), []) == "error: no file 'nope.py'"
 
 
 # ---------------------------------------------------------------- a whole battery, records, compare
 
-GOOD = {"explain": answer("explain_good.md"), "bugfix": answer("bugfix_good_diff.md"),
-        "feature": answer("feature_good_function.md"), "refactor": answer("refactor_good.md")}
-BAD = {"explain": answer("explain_vague.md"), "bugfix": answer("bugfix_broken_syntax.md"),
-       "feature": answer("feature_lenient.md"), "refactor": answer("refactor_changes_behaviour.md")}
-SERVER = {"host": "h", "model": "Qwen/Qwen3-Coder-30B-A3B-Instruct", "revision": "abc123", "vllm_version": "0.33.0",
-          "serve_args": ["/snap", "--max-model-len", "32768", "--enable-auto-tool-choice"]}
+GOOD = {
+    "explain": answer("explain_good.md"),
+    "bugfix": answer("bugfix_good_diff.md"),
+    "feature": answer("feature_good_function.md"),
+    "refactor": answer("refactor_good.md"),
+}
+BAD = {
+    "explain": answer("explain_vague.md"),
+    "bugfix": answer("bugfix_broken_syntax.md"),
+    "feature": answer("feature_lenient.md"),
+    "refactor": answer("refactor_changes_behaviour.md"),
+}
+SERVER = {
+    "host": "h",
+    "model": "Qwen/Qwen3-Coder-30B-A3B-Instruct",
+    "revision": "abc123",
+    "vllm_version": "0.33.0",
+    "serve_args": ["/snap", "--max-model-len", "32768", "--enable-auto-tool-choice"],
+}
 
 
 def battery(answers, tools_file, runs=2, profiles=("coding",), server=SERVER):
@@ -300,8 +346,16 @@ def battery(answers, tools_file, runs=2, profiles=("coding",), server=SERVER):
     tasks = load_tasks()
     messages = []
     results = evaluate(Endpoint(client, "m", 100), chosen, tasks, runs, messages.append)
-    record = build_record("h", "http://h:8000", server, chosen, tasks, results,
-                          datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc), {"runs": runs, "max_tokens": 100})
+    record = build_record(
+        "h",
+        "http://h:8000",
+        server,
+        chosen,
+        tasks,
+        results,
+        datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC),
+        {"runs": runs, "max_tokens": 100},
+    )
     return record, messages
 
 
@@ -319,9 +373,11 @@ def test_a_battery_of_good_answers_scores_full_marks_and_keeps_every_raw_output(
 
 def test_records_round_trip_and_compare(tmp_path):
     good, _ = battery(GOOD, "tools_good.json", profiles=("coding", "chat"))
-    bad, _ = battery(BAD, "tools_loop.json", server={**SERVER, "serve_args": SERVER["serve_args"] + ["--enforce-eager"]})
+    bad, _ = battery(
+        BAD, "tools_loop.json", server={**SERVER, "serve_args": SERVER["serve_args"] + ["--enforce-eager"]}
+    )
     assert bad["totals"]["coding"]["correctness"] == 2  # explain 0, bugfix 0, feature 1, refactor 1, tools 0
-    when = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    when = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
     path_a, path_b = write_record(good, tmp_path, when), write_record(bad, tmp_path, when)
     assert path_a.name == "20250102T030405Z-h.json" and path_b.name == "20250102T030405Z-h-2.json"
 
@@ -330,9 +386,13 @@ def test_records_round_trip_and_compare(tmp_path):
     assert result["flags_only_in_b"] == ["--enforce-eager"] and result["flags_only_in_a"] == []
     coding = result["profiles"]["coding"]
     assert coding["total"]["difference"] == bad["totals"]["coding"]["score"] - 20 and coding["total"]["noise"] is False
-    assert coding["tasks"]["bugfix"] == {"a": {"correctness": 2, "stability": 2, "score": 4, "possible": 4},
-                                         "b": {"correctness": 0, "stability": 2, "score": 2, "possible": 4},
-                                         "difference": -2, "possible": 4, "noise": False}
+    assert coding["tasks"]["bugfix"] == {
+        "a": {"correctness": 2, "stability": 2, "score": 4, "possible": 4},
+        "b": {"correctness": 0, "stability": 2, "score": 2, "possible": 4},
+        "difference": -2,
+        "possible": 4,
+        "noise": False,
+    }
     assert result["profiles"]["chat"]["total"]["b"] is None  # the second record has no chat profile
     assert result["profiles"]["chat"]["same_sampling"] is None and coding["same_sampling"] is True
     lines = compare_table(result)
@@ -361,9 +421,10 @@ def test_load_record_refuses_other_json(tmp_path):
 
 # ---------------------------------------------------------------- the CLI
 
+
 def test_eval_compare_from_the_cli(tmp_path):
     good, _ = battery(GOOD, "tools_good.json", runs=1)
-    when = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    when = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
     a, b = write_record(good, tmp_path, when), write_record(good, tmp_path, when)
     runner = CliRunner()
     shown = runner.invoke(cli, ["eval", "compare", str(a), str(b)])

@@ -6,11 +6,13 @@ import pytest
 
 from podkit.runpod.hostkeys import PodKeys, scan
 from podkit.runpod.pods import PodHost
-from podkit_cli.hosts import run_on as run
 from podkit.sandbox.sshd import PrivateSshd
+from podkit_cli.hosts import run_on as run
 
-pytestmark = pytest.mark.skipif(shutil.which("sshd") is None and not shutil.os.path.exists("/usr/sbin/sshd"),
-                                reason="openssh-server is not installed (.ci/run installs it)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("sshd") is None and not shutil.os.path.exists("/usr/sbin/sshd"),
+    reason="openssh-server is not installed (.ci/run installs it)",
+)
 
 
 @pytest.fixture
@@ -28,8 +30,12 @@ def sshds(tmp_path):
 
 
 def pod(pod_id, ssh, name="coder-1", started_at=None):
-    return PodHost(name, pod_id, {"ssh_hostname": ssh.hostname, "ssh_port": ssh.port, "ssh_user": ssh.user,
-                                  "ssh_key": str(ssh.key_file)}, started_at)
+    return PodHost(
+        name,
+        pod_id,
+        {"ssh_hostname": ssh.hostname, "ssh_port": ssh.port, "ssh_user": ssh.user, "ssh_key": str(ssh.key_file)},
+        started_at,
+    )
 
 
 def test_first_use_then_silence_then_a_changed_key_is_refused_until_accepted(tmp_path, sshds):

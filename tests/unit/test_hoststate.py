@@ -5,24 +5,18 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from podkit.settings import PackageSpec, Settings
 from podkit.host.preflight import choose_vllm, host_problems
 from podkit.host.probe import HostState, ProbeError, parse_nvidia_smi, parse_probe, podctl_command, probe_config
-
-from .test_config import sample_data
+from podkit.settings import PackageSpec, Settings
+from tests.helpers import sample_data, settings_for, zombie
 
 # The shape `nvidia-smi --query-gpu=index,name,memory.total,compute_cap --format=csv,noheader,nounits`
 # prints (memory in MiB); not captured on a GPU in this session.
 H100_X2 = ["0, NVIDIA H100 80GB HBM3, 81559, 9.0", "1, NVIDIA H100 80GB HBM3, 81559, 9.0"]
-
-
-def settings_for(volume: Path, **overrides) -> Settings:
-    return Settings.from_mapping({**sample_data(), "podkit_volume": str(volume), "vllm_port": 1, **overrides})
 
 
 def probe(settings: Settings, path_prefix: Path | None = None) -> HostState:
@@ -31,7 +25,10 @@ def probe(settings: Settings, path_prefix: Path | None = None) -> HostState:
         env["PATH"] = f"{path_prefix}:{env['PATH']}"
     out = subprocess.run(
         ["sh", "-c", podctl_command("probe", probe_config(settings))],
-        capture_output=True, text=True, env=env, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
     )
     return parse_probe(out.stdout)
 
@@ -68,7 +65,11 @@ def test_gpus_from_nvidia_smi(tmp_path):
 
 
 def test_failing_nvidia_smi_is_a_preflight_problem(tmp_path):
-    smi = fake_bin(tmp_path, "nvidia-smi", "echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver'; exit 9")
+    smi = fake_bin(
+        tmp_path,
+        "nvidia-smi",
+        "echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver'; exit 9",
+    )
     settings = settings_for(tmp_path)
     state = probe(settings, smi)
     assert not state.gpus and "could not communicate" in state.gpu_error
@@ -113,18 +114,6 @@ def test_pid_files_survive_pid_reuse(tmp_path):
     state = probe(settings)
     assert state.runner_pid == os.getpid()
     assert state.vllm_pid is None
-
-
-def zombie() -> tuple[subprocess.Popen, str]:
-    """A child that has exited and is not reaped yet, and its "PID STARTTIME" pid-file line."""
-    proc = subprocess.Popen(["/bin/sh", "-c", "exit 0"])
-    stat = Path(f"/proc/{proc.pid}/stat")
-    for _ in range(100):
-        fields = stat.read_text().rsplit(")", 1)[1].split()
-        if fields[0] == "Z":
-            return proc, f"{proc.pid} {fields[19]}\n"
-        time.sleep(0.05)
-    raise AssertionError("the child never exited")
 
 
 def test_a_dead_unreaped_runner_is_not_running(tmp_path):
@@ -219,9 +208,19 @@ def probe_as_nobody(settings: Settings, tmp: Path, sudo_script: str | None) -> H
         (bin_dir / "sudo").write_text(f"#!/bin/sh\n{sudo_script}\n")
         (bin_dir / "sudo").chmod(0o755)
     out = subprocess.run(
-        [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-         "/bin/sh", "-c", podctl_command("probe", probe_config(settings))],
-        capture_output=True, text=True, check=True, env={"PATH": str(bin_dir), "HOME": "/"},
+        [
+            setpriv,
+            f"--reuid={NOBODY}",
+            f"--regid={NOBODY}",
+            "--clear-groups",
+            "/bin/sh",
+            "-c",
+            podctl_command("probe", probe_config(settings)),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": str(bin_dir), "HOME": "/"},
     )
     return parse_probe(out.stdout)
 
@@ -243,7 +242,9 @@ def test_probe_says_who_it_runs_as(tmp_path):
 
     state = probe(settings_for(tmp_path))
     assert (state.uid, state.user, state.group) == (
-        os.getuid(), pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
+        os.getuid(),
+        pwd.getpwuid(os.getuid()).pw_name,
+        grp.getgrgid(os.getgid()).gr_name,
     )
     assert state.sudo["needs"] == [], "root (or a writable volume) never asks sudo"
 
@@ -320,7 +321,9 @@ def systemd_host(tmp_path, monkeypatch):
         ("stopped_disabled", True, False, False, None, {"pid": None, "vllm_pid": None, "crashes": 0}),
     ],
 )
-def test_systemd_unit_state_and_what_readiness_sees(systemd_host, tmp_path, state, present, up, enabled, main_pid, wait_runner):
+def test_systemd_unit_state_and_what_readiness_sees(
+    systemd_host, tmp_path, state, present, up, enabled, main_pid, wait_runner
+):
     from podkit.host.probe import Unit
     from podkit.host.readiness import CRASH_LIMIT, WaitResult
 
@@ -359,7 +362,12 @@ def test_systemd_problems(tmp_path):
         "set podkit_supervisor = 'runner'"
     ]
     ubuntu = dataclasses.replace(
-        here, systemd=True, uid=1000, user="ubuntu", group="ubuntu", unit=Unit("podkit-vllm.service", load="not-found"),
+        here,
+        systemd=True,
+        uid=1000,
+        user="ubuntu",
+        group="ubuntu",
+        unit=Unit("podkit-vllm.service", load="not-found"),
         sudo={"needs": ["systemd"], "ok": False, "error": "sudo: a password is required"},
     )
     assert host_problems(wants, ubuntu, needs_install=False) == [
@@ -369,11 +377,16 @@ def test_systemd_problems(tmp_path):
     ]
     runner = settings_for(tmp_path)
     assert host_problems(runner, ubuntu, needs_install=False) == [], "no unit left: the runner needs no sudo"
-    leftover = dataclasses.replace(ubuntu, unit=Unit("podkit-vllm.service", load="loaded", active="active", enabled="enabled"))
+    leftover = dataclasses.replace(
+        ubuntu, unit=Unit("podkit-vllm.service", load="loaded", active="active", enabled="enabled")
+    )
     assert host_problems(runner, leftover, needs_install=False)[0].endswith(
         "or run once: sudo systemctl disable --now podkit-vllm.service"
     )
-    assert host_problems(wants, dataclasses.replace(ubuntu, sudo={"needs": ["systemd"], "ok": True}), needs_install=False) == []
+    assert (
+        host_problems(wants, dataclasses.replace(ubuntu, sudo={"needs": ["systemd"], "ok": True}), needs_install=False)
+        == []
+    )
 
 
 def test_a_port_held_by_the_units_server_is_not_a_stranger(tmp_path):
@@ -382,12 +395,16 @@ def test_a_port_held_by_the_units_server_is_not_a_stranger(tmp_path):
     from podkit.host.probe import Unit
 
     state = dataclasses.replace(
-        probe(settings_for(tmp_path)), port_listening=True,
+        probe(settings_for(tmp_path)),
+        port_listening=True,
         unit=Unit("podkit-vllm.service", load="loaded", active="active", main_pid=4242),
     )
     assert host_problems(settings_for(tmp_path, podkit_supervisor="runner"), state, needs_install=False) == []
     stranger = dataclasses.replace(state, unit=None)
-    assert "already in use by a process podkit did not start" in host_problems(settings_for(tmp_path), stranger, needs_install=False)[0]
+    assert (
+        "already in use by a process podkit did not start"
+        in host_problems(settings_for(tmp_path), stranger, needs_install=False)[0]
+    )
 
 
 def test_a_podkit_folder_left_by_another_user_is_named_with_its_fix(shared_tmp):

@@ -25,7 +25,6 @@ from huggingface_hub.errors import (
 )
 
 from testing.hub import LFS_THRESHOLD, LocalHub
-
 from testing.hub_repos import (
     BF16_COUNTS,
     FP8_COUNTS,
@@ -107,7 +106,12 @@ def test_model_info_with_files_metadata(api, hub_root):
     assert info.gated is False and info.private is False
     by_name = {s.rfilename: s for s in info.siblings}
     assert set(by_name) == {
-        "config.json", "tokenizer_config.json", "model.safetensors", "README.md", "extra/notes/a.txt", "extra/b.txt",
+        "config.json",
+        "tokenizer_config.json",
+        "model.safetensors",
+        "README.md",
+        "extra/notes/a.txt",
+        "extra/b.txt",
     }
     for name, sib in by_name.items():
         data = (folder / name).read_bytes()
@@ -197,18 +201,27 @@ def test_get_safetensors_metadata_reads_headers_with_ranges(api, hub, repo, coun
 def test_sharded_safetensors(hub_root, tmp_path):
     shard1 = safetensors_bytes({"a": ("BF16", [8, 8])})
     shard2 = safetensors_bytes({"b": ("F8_E4M3", [4, 4]), "b_scale": ("F32", [1])})
-    index = {"metadata": {"total_size": 0}, "weight_map": {
-        "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors",
-        "b_scale": "model-00002-of-00002.safetensors"}}
+    index = {
+        "metadata": {"total_size": 0},
+        "weight_map": {
+            "a": "model-00001-of-00002.safetensors",
+            "b": "model-00002-of-00002.safetensors",
+            "b_scale": "model-00002-of-00002.safetensors",
+        },
+    }
     # a second copy of the weights, Mistral-style: the Hub's count follows the index, not every file
     consolidated = safetensors_bytes({"x": ("BF16", [100, 100])})
-    write_repo(hub_root, "org/sharded", {
-        "config.json": {"architectures": ["X"], "model_type": "x"},
-        "model.safetensors.index.json": index,
-        "model-00001-of-00002.safetensors": shard1,
-        "model-00002-of-00002.safetensors": shard2,
-        "consolidated.safetensors": consolidated,
-    })
+    write_repo(
+        hub_root,
+        "org/sharded",
+        {
+            "config.json": {"architectures": ["X"], "model_type": "x"},
+            "model.safetensors.index.json": index,
+            "model-00001-of-00002.safetensors": shard1,
+            "model-00002-of-00002.safetensors": shard2,
+            "consolidated.safetensors": consolidated,
+        },
+    )
     with LocalHub(hub_root) as hub:
         api = HfApi(endpoint=hub.url, token=False)
         meta = api.get_safetensors_metadata("org/sharded")
@@ -221,8 +234,10 @@ def test_large_file_is_lfs(hub_root, tmp_path):
     big = os.urandom(1024) * (LFS_THRESHOLD // 1024 + 1)
     write_repo(hub_root, "org/big", {"data.dat": big, "small.dat": b"x"})
     with LocalHub(hub_root) as hub:
-        sibs = {s.rfilename: s for s in HfApi(endpoint=hub.url, token=False)
-                .model_info("org/big", files_metadata=True).siblings}
+        sibs = {
+            s.rfilename: s
+            for s in HfApi(endpoint=hub.url, token=False).model_info("org/big", files_metadata=True).siblings
+        }
         assert sibs["data.dat"].lfs.sha256 == hashlib.sha256(big).hexdigest()
         assert sibs["small.dat"].lfs is None
 
@@ -245,8 +260,9 @@ def test_hf_hub_download(hub, hub_root, tmp_path):
 def test_snapshot_download_then_offline_makes_no_request(hub, monkeypatch, tmp_path):
     cache = tmp_path / "cache"
     patterns = ["*.json", "*.safetensors"]
-    folder = Path(snapshot_download("org/tiny-fp8", endpoint=hub.url, cache_dir=cache, token=False,
-                                    allow_patterns=patterns))
+    folder = Path(
+        snapshot_download("org/tiny-fp8", endpoint=hub.url, cache_dir=cache, token=False, allow_patterns=patterns)
+    )
     got = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
     assert got == ["config.json", "model.safetensors", "tokenizer_config.json"]
     sha = HfApi(endpoint=hub.url, token=False).model_info("org/tiny-fp8").sha
@@ -254,15 +270,16 @@ def test_snapshot_download_then_offline_makes_no_request(hub, monkeypatch, tmp_p
     # order: repo info at the branch, tree at the commit, then HEAD+GET per file at the commit
     assert hub.requests[0] == ("GET", "/api/models/org/tiny-fp8/revision/main")
     assert hub.requests[1] == ("GET", f"/api/models/org/tiny-fp8/tree/{sha}")
-    assert sorted(p for m, p in hub.requests if m == "HEAD") == [
-        f"/org/tiny-fp8/resolve/{sha}/{name}" for name in got]
+    assert sorted(p for m, p in hub.requests if m == "HEAD") == [f"/org/tiny-fp8/resolve/{sha}/{name}" for name in got]
 
     hub.clear_log()
-    assert snapshot_download("org/tiny-fp8", cache_dir=cache, endpoint=hub.url, token=False,
-                             allow_patterns=patterns, local_files_only=True) == str(folder)
+    assert snapshot_download(
+        "org/tiny-fp8", cache_dir=cache, endpoint=hub.url, token=False, allow_patterns=patterns, local_files_only=True
+    ) == str(folder)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    assert snapshot_download("org/tiny-fp8", cache_dir=cache, endpoint=hub.url, token=False,
-                             allow_patterns=patterns) == str(folder)
+    assert snapshot_download(
+        "org/tiny-fp8", cache_dir=cache, endpoint=hub.url, token=False, allow_patterns=patterns
+    ) == str(folder)
     assert hf_hub_download("org/tiny-fp8", "config.json", cache_dir=cache, endpoint=hub.url, token=False)
     assert hub.requests == []
 
@@ -293,8 +310,9 @@ def test_unknown_revision(api, hub, tmp_path):
     with pytest.raises(RevisionNotFoundError):
         api.model_info("org/tiny", revision="v9")
     with pytest.raises(RevisionNotFoundError):
-        hf_hub_download("org/tiny", "config.json", revision="v9", endpoint=hub.url, cache_dir=tmp_path / "c",
-                        token=False)
+        hf_hub_download(
+            "org/tiny", "config.json", revision="v9", endpoint=hub.url, cache_dir=tmp_path / "c", token=False
+        )
     with pytest.raises(RevisionNotFoundError):
         snapshot_download("org/tiny", revision="f" * 40, endpoint=hub.url, cache_dir=tmp_path / "c", token=False)
 
@@ -350,8 +368,9 @@ def test_no_token_configured_accepts_any_bearer(hub_root, tmp_path):
     with LocalHub(hub_root) as open_hub:
         with pytest.raises(GatedRepoError):
             hf_hub_download("org/gated", "config.json", endpoint=open_hub.url, cache_dir=tmp_path / "c", token=False)
-        assert hf_hub_download("org/gated", "config.json", endpoint=open_hub.url, cache_dir=tmp_path / "c",
-                               token="anything")
+        assert hf_hub_download(
+            "org/gated", "config.json", endpoint=open_hub.url, cache_dir=tmp_path / "c", token="anything"
+        )
 
 
 # --------------------------------------------------------------------------- raw protocol
@@ -373,11 +392,13 @@ def test_resolve_headers_and_ranges(hub, hub_root):
     assert (status, body, h["content-range"]) == (206, data[8:16], f"bytes 8-15/{len(data)}")
     status, h, body = raw_request(hub.url, "GET", "/org/tiny/resolve/main/model.safetensors", {"Range": "bytes=-4"})
     assert (status, body) == (206, data[-4:])
-    status, h, body = raw_request(hub.url, "GET", "/org/tiny/resolve/main/model.safetensors",
-                                  {"Range": f"bytes={len(data) - 3}-"})
+    status, h, body = raw_request(
+        hub.url, "GET", "/org/tiny/resolve/main/model.safetensors", {"Range": f"bytes={len(data) - 3}-"}
+    )
     assert (status, body) == (206, data[-3:])
-    status, h, _ = raw_request(hub.url, "GET", "/org/tiny/resolve/main/model.safetensors",
-                               {"Range": f"bytes={len(data)}-"})
+    status, h, _ = raw_request(
+        hub.url, "GET", "/org/tiny/resolve/main/model.safetensors", {"Range": f"bytes={len(data)}-"}
+    )
     assert status == 416 and h["content-range"] == f"bytes */{len(data)}"
 
     cfg = (hub_root / "org/tiny/config.json").read_bytes()
@@ -420,8 +441,12 @@ def test_throttled_download_killed_midway_leaves_an_orphan(hub, hub_root, tmp_pa
     write_repo(hub_root, "org/slow", {"weights.bin": payload})
     hub.bytes_per_second = 100_000
     cache = tmp_path / "cache"
-    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "child-home"),
-           "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": hub.url,
+        "HF_HOME": str(tmp_path / "child-home"),
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    }
     for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_DISABLE_TELEMETRY"):
         env.pop(var, None)
     # The client writes the body in DOWNLOAD_CHUNK_SIZE (10 MiB) pieces: shrink it so that a small file
@@ -491,15 +516,18 @@ def test_module_does_not_import_pyinfra_or_click():
 def test_command_line(hub_root):
     proc = subprocess.Popen(
         [sys.executable, "-m", "testing.hub", str(hub_root), "--port", "0", "--token", TOKEN],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         line = proc.stdout.readline()
         url = line.strip().rsplit(" ", 1)[-1]
         assert url.startswith("http://127.0.0.1:"), line
         assert HfApi(endpoint=url, token=False).model_info("org/tiny").id == "org/tiny"
-        status, _, _ = raw_request(url, "HEAD", "/org/gated/resolve/main/config.json",
-                                   {"Authorization": f"Bearer {TOKEN}"})
+        status, _, _ = raw_request(
+            url, "HEAD", "/org/gated/resolve/main/config.json", {"Authorization": f"Bearer {TOKEN}"}
+        )
         assert status == 200
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0

@@ -20,11 +20,10 @@ from pyinfra.api import FileUploadCommand, FunctionCommand
 from pyinfra.context import ctx_host, ctx_state
 
 from operations import checkpoint, preflight, runner, vllm, volume
-from podkit.settings import PackageSpec, Paths, Settings
 from podkit.host.fetch import FetchSpec
 from podkit.host.probe import VllmInstall
-
-from .test_config import sample_data
+from podkit.settings import PackageSpec, Paths, Settings
+from tests.helpers import sample_data
 
 CASES = Path(__file__).resolve().parent.parent / "cases" / "operations"
 OPERATIONS = {

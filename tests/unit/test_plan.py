@@ -7,37 +7,77 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from podkit_cli import cli
-from podkit.plan.checkpoints import Checkpoint, ModelError, fp8_candidates, needed_files
 from podkit.plan import Hardware, PlanError, gpu_by_name, make_plan
+from podkit.plan.checkpoints import Checkpoint, ModelError, fp8_candidates, needed_files
 from podkit.plan.memory import Architecture, plan_memory
 from podkit.sandbox.tinymodel import write_tiny_model
+from podkit_cli import cli
 
 QWEN3_CODER_30B = {  # Qwen/Qwen3-Coder-30B-A3B-Instruct config.json (the fields planning reads)
-    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_hidden_layers": 48,
-    "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "hidden_size": 2048,
-    "moe_intermediate_size": 768, "num_experts_per_tok": 8, "vocab_size": 151936, "max_position_embeddings": 262144,
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "num_hidden_layers": 48,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "hidden_size": 2048,
+    "moe_intermediate_size": 768,
+    "num_experts_per_tok": 8,
+    "vocab_size": 151936,
+    "max_position_embeddings": 262144,
 }
 H100 = Hardware("NVIDIA H100 80GB HBM3", 79.19, 1, "9.0")
 
 
-def checkpoint(config=QWEN3_CODER_30B, weight_gb=61.1, repo="Qwen/Qwen3-Coder-30B-A3B-Instruct", quant=None, dtypes=None):
-    files = {"config.json": 1000, "tokenizer.json": 7_000_000, "model-00001-of-00002.safetensors": int(weight_gb * 1e9 / 2),
-             "model-00002-of-00002.safetensors": int(weight_gb * 1e9 / 2), "model.safetensors.index.json": 50_000}
+def checkpoint(
+    config=QWEN3_CODER_30B, weight_gb=61.1, repo="Qwen/Qwen3-Coder-30B-A3B-Instruct", quant=None, dtypes=None
+):
+    files = {
+        "config.json": 1000,
+        "tokenizer.json": 7_000_000,
+        "model-00001-of-00002.safetensors": int(weight_gb * 1e9 / 2),
+        "model-00002-of-00002.safetensors": int(weight_gb * 1e9 / 2),
+        "model.safetensors.index.json": 50_000,
+    }
     return Checkpoint(repo, "a" * 40, config, files, {"BF16": 1} if dtypes is None else dtypes, quant)
 
 
 @pytest.mark.parametrize(
     "files, mistral, expected",
     [
-        (["config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json", "README.md"], False,
-         ["config.json", "model.safetensors", "tokenizer.json"]),
-        (["config.json", "consolidated.safetensors", "model-00001-of-00002.safetensors", "params.json", "tekken.json",
-          "tokenizer.json"], False, ["config.json", "model-00001-of-00002.safetensors", "tokenizer.json"]),
-        (["config.json", "consolidated.safetensors", "model-00001-of-00002.safetensors", "params.json", "tekken.json"],
-         True, ["consolidated.safetensors", "params.json", "tekken.json"]),
-        (["config.json", "original/model.safetensors", "model.safetensors", "chat_template.jinja"], False,
-         ["chat_template.jinja", "config.json", "model.safetensors"]),
+        (
+            ["config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json", "README.md"],
+            False,
+            ["config.json", "model.safetensors", "tokenizer.json"],
+        ),
+        (
+            [
+                "config.json",
+                "consolidated.safetensors",
+                "model-00001-of-00002.safetensors",
+                "params.json",
+                "tekken.json",
+                "tokenizer.json",
+            ],
+            False,
+            ["config.json", "model-00001-of-00002.safetensors", "tokenizer.json"],
+        ),
+        (
+            [
+                "config.json",
+                "consolidated.safetensors",
+                "model-00001-of-00002.safetensors",
+                "params.json",
+                "tekken.json",
+            ],
+            True,
+            ["consolidated.safetensors", "params.json", "tekken.json"],
+        ),
+        (
+            ["config.json", "original/model.safetensors", "model.safetensors", "chat_template.jinja"],
+            False,
+            ["chat_template.jinja", "config.json", "model.safetensors"],
+        ),
     ],
 )
 def test_only_the_files_vllm_needs_are_downloaded(files, mistral, expected):
@@ -53,8 +93,14 @@ def test_bin_only_checkpoints_are_refused():
     "quant, dtypes, is_fp8",
     [
         ({"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}, {"F8_E4M3": 10, "BF16": 1}, True),
-        ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float"}}}},
-         {"F8_E4M3": 10}, True),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float"}}},
+            },
+            {"F8_E4M3": 10},
+            True,
+        ),
         ({"quant_method": "modelopt", "quant_algo": "FP8"}, {}, True),
         ({"quantization": {"quant_algo": "FP8"}}, {"F8_E4M3": 3}, True),  # hf_quant_config.json
         ({"quant_method": "fp8"}, {"BF16": 10}, False),  # a config that says FP8 over BF16 weights
@@ -77,7 +123,9 @@ def test_fp8_sibling_candidates_follow_the_publishers_conventions():
     assert fp8_candidates("Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8") == []
 
 
-@pytest.mark.parametrize("name, memory", [("h100", 79.19), ("NVIDIA H100 80GB HBM3", 79.19), ("rtx pro 6000", 94.97), ("L40S", 44.39)])
+@pytest.mark.parametrize(
+    "name, memory", [("h100", 79.19), ("NVIDIA H100 80GB HBM3", 79.19), ("rtx pro 6000", 94.97), ("L40S", 44.39)]
+)
 def test_gpus_by_name(name, memory):
     assert gpu_by_name(name)[1] == memory
 
@@ -98,7 +146,10 @@ def test_moe_kv_bytes_and_a_verdict():
     "kwargs, message",
     [
         ({"gpu_count": 2, "tensor_parallel_size": 4}, "exceeds the 2 GPU(s)"),
-        ({"gpu_count": 3, "tensor_parallel_size": 3}, "does not divide the 32 attention heads; valid sizes here: [1, 2]"),
+        (
+            {"gpu_count": 3, "tensor_parallel_size": 3},
+            "does not divide the 32 attention heads; valid sizes here: [1, 2]",
+        ),
     ],
 )
 def test_bad_tensor_parallel_sizes(kwargs, message):
@@ -108,7 +159,12 @@ def test_bad_tensor_parallel_sizes(kwargs, message):
 
 
 def test_too_long_context_suggests_cheapest_fixes_first():
-    fp8 = checkpoint(repo="Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8", weight_gb=31.2, quant={"quant_method": "fp8"}, dtypes={"F8_E4M3": 1})
+    fp8 = checkpoint(
+        repo="Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8",
+        weight_gb=31.2,
+        quant={"quant_method": "fp8"},
+        dtypes={"F8_E4M3": 1},
+    )
     small = Hardware("L40S", 44.39, 1, "8.9")
     plan = make_plan(checkpoint(), small, fp8_alternative=fp8, prefer_fp8=False, max_model_len=262144)
     assert not plan.fits
@@ -120,7 +176,12 @@ def test_too_long_context_suggests_cheapest_fixes_first():
 
 
 def test_fp8_checkpoint_is_chosen_on_fp8_gpus_only():
-    fp8 = checkpoint(repo="Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8", weight_gb=31.2, quant={"quant_method": "fp8"}, dtypes={"F8_E4M3": 1})
+    fp8 = checkpoint(
+        repo="Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8",
+        weight_gb=31.2,
+        quant={"quant_method": "fp8"},
+        dtypes={"F8_E4M3": 1},
+    )
     assert make_plan(checkpoint(), H100, fp8_alternative=fp8, max_model_len=32768).checkpoint.repo.endswith("-FP8")
     a100 = Hardware("A100 80GB", 79.15, 1, "8.0")
     plan = make_plan(checkpoint(), a100, fp8_alternative=fp8, max_model_len=32768)
@@ -128,9 +189,19 @@ def test_fp8_checkpoint_is_chosen_on_fp8_gpus_only():
 
 
 def test_disk_refusal_names_both_numbers_and_the_options():
-    fp8 = checkpoint(repo="Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8", weight_gb=31.2, quant={"quant_method": "fp8"}, dtypes={"F8_E4M3": 1})
-    plan = make_plan(checkpoint(), Hardware("A100 80GB", 79.15, 1, "8.0"), fp8_alternative=fp8,
-                     max_model_len=32768, disk_free_bytes=int(48e9))
+    fp8 = checkpoint(
+        repo="Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8",
+        weight_gb=31.2,
+        quant={"quant_method": "fp8"},
+        dtypes={"F8_E4M3": 1},
+    )
+    plan = make_plan(
+        checkpoint(),
+        Hardware("A100 80GB", 79.15, 1, "8.0"),
+        fp8_alternative=fp8,
+        max_model_len=32768,
+        disk_free_bytes=int(48e9),
+    )
     assert not plan.fits and plan.disk_fits is False
     assert "needs 61.1 GB to download" in plan.reason and "48.0 GB free" in plan.reason
     assert plan.suggestions[0].startswith("use the FP8 checkpoint Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8 (31.2 GB)")
@@ -155,9 +226,22 @@ def test_a_plan_is_frozen_and_its_dict_is_plain_json():
 
 
 JSON_FIELDS = {
-    "weights_gib_per_gpu", "kv_bytes_per_token", "available_kv_cache_gib", "kv_cache_tokens", "max_model_len",
-    "max_concurrency", "max_model_len_fit", "fits", "download_bytes", "disk_fits", "checkpoint", "fp8_alternative",
-    "tool_call_parser", "reasoning_parser", "suggestions", "vllm_version",
+    "weights_gib_per_gpu",
+    "kv_bytes_per_token",
+    "available_kv_cache_gib",
+    "kv_cache_tokens",
+    "max_model_len",
+    "max_concurrency",
+    "max_model_len_fit",
+    "fits",
+    "download_bytes",
+    "disk_fits",
+    "checkpoint",
+    "fp8_alternative",
+    "tool_call_parser",
+    "reasoning_parser",
+    "suggestions",
+    "vllm_version",
 }
 
 

@@ -43,7 +43,9 @@ def test_the_reference_set_covers_what_the_issue_asks():
 
 
 @pytest.mark.parametrize(
-    "case", [c for c in CASES if c["logged"].get("kv_cache_gib") and c["logged"].get("kv_cache_tokens")], ids=lambda c: c["id"]
+    "case",
+    [c for c in CASES if c["logged"].get("kv_cache_gib") and c["logged"].get("kv_cache_tokens")],
+    ids=lambda c: c["id"],
 )
 def test_bytes_per_token_reproduce_logged_tokens(case):
     arch = arch_of(case)
@@ -60,9 +62,15 @@ def test_bytes_per_token_reproduce_logged_tokens(case):
 
 
 FULL = [
-    c for c in CASES
-    if c["fits"] and c["gpu_memory_gib"] and c["gpu_memory_utilization"] and c["logged"].get("model_weights_gib")
-    and c["logged"].get("kv_cache_tokens") and c["vllm_version"] and c["vllm_version"][0].isdigit()
+    c
+    for c in CASES
+    if c["fits"]
+    and c["gpu_memory_gib"]
+    and c["gpu_memory_utilization"]
+    and c["logged"].get("model_weights_gib")
+    and c["logged"].get("kv_cache_tokens")
+    and c["vllm_version"]
+    and c["vllm_version"][0].isdigit()
     and c["nodes"] == 1  # podkit plans one host; Ray across nodes adds buffers it does not model
 ]
 

@@ -10,6 +10,8 @@ from podkit.runpod.pods import PodsError, by_prefix, hosts_for, list_pods, pod_h
 from testing.runpod_api import RunPodReplay, load_pods
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "runpod"
+
+
 def with_generated_env(pods):
     """The recorded pods, each env name given a secret-looking value made for this run."""
     for pod in pods:

@@ -16,7 +16,8 @@ REMOTE = "podkit.remote"
 
 def podkit_modules() -> list[str]:
     return sorted(
-        m.name for m in pkgutil.walk_packages(podkit.__path__, prefix="podkit.")
+        m.name
+        for m in pkgutil.walk_packages(podkit.__path__, prefix="podkit.")
         if not m.name.startswith(REMOTE) and ".tasks." not in m.name
     )
 
@@ -24,8 +25,15 @@ def podkit_modules() -> list[str]:
 def test_every_subpackage_is_walked():
     modules = podkit_modules()
     packages = {name.rsplit(".", 1)[0] for name in modules}
-    assert {"podkit.host", "podkit.plan", "podkit.client", "podkit.client.bench", "podkit.client.eval",
-            "podkit.runpod", "podkit.sandbox"} <= packages
+    assert {
+        "podkit.host",
+        "podkit.plan",
+        "podkit.client",
+        "podkit.client.bench",
+        "podkit.client.eval",
+        "podkit.runpod",
+        "podkit.sandbox",
+    } <= packages
     assert len(modules) >= 25
 
 

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from podkit.settings import PackageSpec
-from podkit.plan.hostplan import HostPlan
 from podkit.host.render import host_files
-
-from .test_hoststate import settings_for, zombie
+from podkit.plan.hostplan import HostPlan
+from podkit.settings import PackageSpec
+from tests.helpers import settings_for, zombie
 
 
 def wait_for(predicate, timeout=20.0):
@@ -94,7 +93,7 @@ def test_stop_ends_supervisor_and_server(runner):
     supervisor = runner.pid("runner.pid")
     assert "stopped" in runner("stop").stdout
     for pid in (server, supervisor):
-        assert wait_for(lambda: state(pid) in ("Z", None))
+        assert wait_for(lambda pid=pid: state(pid) in ("Z", None))
     status = runner("status")
     assert status.returncode == 3 and "runner: stopped" in status.stdout
 
@@ -135,15 +134,18 @@ def state(pid):
 def test_stop_returns_once_the_supervisor_is_dead_even_if_nobody_reaps_it(runner):
     parent = subprocess.Popen(
         [sys.executable, "-c", NON_REAPING_PARENT, "/bin/sh", runner.paths.runner_script, "start"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert parent.stdout.readline().strip() == "started"
         server = wait_for(lambda: runner.pid("vllm.pid"))
         supervisor = runner.pid("runner.pid")
         # kill -0 finds a zombie, so a stop polling with it would sit out its whole 70 s limit
-        stopped = subprocess.run(["/bin/sh", runner.paths.runner_script, "stop"], capture_output=True, text=True,
-                                 timeout=30)
+        stopped = subprocess.run(
+            ["/bin/sh", runner.paths.runner_script, "stop"], capture_output=True, text=True, timeout=30
+        )
         assert f"podkit runner stopped (pid {supervisor})" in stopped.stdout
         assert state(supervisor) == "Z"  # dead, and left unreaped
         assert state(server) in ("Z", None)

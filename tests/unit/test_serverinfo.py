@@ -15,13 +15,32 @@ ARGS = [SNAP, "--served-model-name", "Qwen2.5-Coder-7B-Instruct", "--tool-call-p
 @pytest.mark.parametrize(
     "answer, model, revision, running, error",
     [
-        ({"running": True, "serve_args": ARGS, "vllm_version": "0.33.0",
-          "checkpoint": {"repo": "Qwen/Qwen2.5-Coder-7B-Instruct", "revision": "abc123", "snapshot": SNAP}},
-         "Qwen/Qwen2.5-Coder-7B-Instruct", "abc123", True, None),
-        ({"running": True, "serve_args": ["/models/mine", "--port", "8000"], "checkpoint": None},
-         "/models/mine", None, True, None),  # a folder on the host: no revision to record
-        ({"running": False, "serve_args": None, "checkpoint": None}, None, None, False,
-         "no vLLM server runs under podkit's runner on this host"),
+        (
+            {
+                "running": True,
+                "serve_args": ARGS,
+                "vllm_version": "0.33.0",
+                "checkpoint": {"repo": "Qwen/Qwen2.5-Coder-7B-Instruct", "revision": "abc123", "snapshot": SNAP},
+            },
+            "Qwen/Qwen2.5-Coder-7B-Instruct",
+            "abc123",
+            True,
+            None,
+        ),
+        (
+            {"running": True, "serve_args": ["/models/mine", "--port", "8000"], "checkpoint": None},
+            "/models/mine",
+            None,
+            True,
+            None,
+        ),  # a folder on the host: no revision to record
+        (
+            {"running": False, "serve_args": None, "checkpoint": None},
+            None,
+            None,
+            False,
+            "no vLLM server runs under podkit's runner on this host",
+        ),
         ({"podctl": 0, "error": "python3 not found on PATH"}, None, None, False, "python3 not found on PATH"),
     ],
 )
@@ -49,15 +68,25 @@ def test_describe_finds_the_server_under_systemd_too(tmp_path, monkeypatch):
 
     from podkit.remote import podctl
 
-    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "serve", "/models/mine", "--port", "8000"])
+    server = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)", "serve", "/models/mine", "--port", "8000"]
+    )
     try:
         for _ in range(100):  # the child's argv is in /proc once it has exec'd
             if podctl.serve_args(podctl.process_argv(server.pid)):
                 break
             time.sleep(0.05)
-        monkeypatch.setattr(podctl, "unit_state", lambda name: {"active": "active", "main_pid": server.pid, "restarts": 0})
-        cfg = {"run_dir": str(tmp_path), "venv": str(tmp_path / "venv"), "key_file": str(tmp_path / "key"),
-               "log_file": str(tmp_path / "vllm.log"), "scripts": [], "unit": "podkit-vllm.service"}
+        monkeypatch.setattr(
+            podctl, "unit_state", lambda name: {"active": "active", "main_pid": server.pid, "restarts": 0}
+        )
+        cfg = {
+            "run_dir": str(tmp_path),
+            "venv": str(tmp_path / "venv"),
+            "key_file": str(tmp_path / "key"),
+            "log_file": str(tmp_path / "vllm.log"),
+            "scripts": [],
+            "unit": "podkit-vllm.service",
+        }
         assert podctl.describe({**cfg, "supervisor": "runner"})["running"] is False
         described = podctl.describe({**cfg, "supervisor": "systemd"})
         assert described["running"] is True, described
@@ -87,11 +116,18 @@ def test_describe_reads_the_generation_config_and_scans_for_the_key_only_when_as
         podctl_pid = f"{server.pid} {podctl.starttime(server.pid)}"
         (tmp_path / "vllm.pid").write_text(podctl_pid)
         (tmp_path / "runner.pid").write_text(podctl_pid)
-        cfg = {"run_dir": str(tmp_path), "venv": str(tmp_path / "venv"), "key_file": str(tmp_path / "key"),
-               "log_file": str(tmp_path / "vllm.log"), "scripts": []}
+        cfg = {
+            "run_dir": str(tmp_path),
+            "venv": str(tmp_path / "venv"),
+            "key_file": str(tmp_path / "key"),
+            "log_file": str(tmp_path / "vllm.log"),
+            "scripts": [],
+        }
         described = podctl.describe(cfg)
-        assert described["generation_config"] == {"path": str(model / "generation_config.json"),
-                                                  "config": {"temperature": 0.7}}
+        assert described["generation_config"] == {
+            "path": str(model / "generation_config.json"),
+            "config": {"temperature": 0.7},
+        }
         assert described["leaks"] is None
         assert described["running"] and podctl.describe({**cfg, "leaks": True})["leaks"]["argv"] == []
     finally:

@@ -344,7 +344,7 @@ def test_pyinfra_deploy_runs_against_it(server, tmp_path):
             """
         )
     )
-    (tmp_path / "inventory.py").write_text(f"hosts = [(\"sandbox\", {host.pyinfra_data()!r})]\n")
+    (tmp_path / "inventory.py").write_text(f'hosts = [("sandbox", {host.pyinfra_data()!r})]\n')
     before = len(sshd.sessions())
     proc = subprocess.run(
         [str(pyinfra_bin), "-y", "inventory.py", "deploy.py"],
@@ -356,7 +356,6 @@ def test_pyinfra_deploy_runs_against_it(server, tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(sshd.sessions()) > before
-
 
 
 FRESH_RUN = """
@@ -376,8 +375,9 @@ finally:
 
 
 @needs_sshd
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
-                    reason="needs root and unshare for a private mount namespace")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare for a private mount namespace"
+)
 def test_starts_on_a_machine_where_run_sshd_does_not_exist(tmp_path):
     """A fresh machine has no /run/sshd (systemd's ssh.service makes it; a container never ran
     that, and /run is a new tmpfs after a reboot). Start the server in a mount namespace whose
@@ -385,9 +385,23 @@ def test_starts_on_a_machine_where_run_sshd_does_not_exist(tmp_path):
     script = tmp_path / "fresh_run.py"
     script.write_text(FRESH_RUN)
     proc = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-         'mount -t tmpfs tmpfs /run && exec "$@"', "sh", sys.executable, str(script), str(tmp_path / "state")],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            'mount -t tmpfs tmpfs /run && exec "$@"',
+            "sh",
+            sys.executable,
+            str(script),
+            str(tmp_path / "state"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split(" ", 2)[:2] == ["0", "answered"], proc.stdout

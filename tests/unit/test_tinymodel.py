@@ -192,7 +192,9 @@ def test_the_model_calls_the_tool_when_offered_tools(files, config, added):
     hidden, head_dim = config["hidden_size"], config["head_dim"]
     emb = _rows(files, "model.embed_tokens.weight", hidden)
     lm_head = _rows(files, "lm_head.weight", hidden)
-    start, call, end, im_end = (added[t] for t in ("<tool_call>", tinymodel.TOOL_CALL_JSON, "</tool_call>", "<|im_end|>"))
+    start, call, end, im_end = (
+        added[t] for t in ("<tool_call>", tinymodel.TOOL_CALL_JSON, "</tool_call>", "<|im_end|>")
+    )
     newline = 10
 
     def normed(row):  # RMSNorm with weight 1.0
@@ -204,7 +206,9 @@ def test_the_model_calls_the_tool_when_offered_tools(files, config, added):
     p = "model.layers.0.self_attn."
     q_bias = _bf16_values(files, p + "q_proj.bias")[3 * head_dim : 4 * head_dim]
     assert [i for i, v in enumerate(q_bias) if v] == [15]
-    assert not any(_rows(files, p + "q_proj.weight", hidden)[3 * head_dim + i] != [0.0] * hidden for i in range(head_dim))
+    assert not any(
+        _rows(files, p + "q_proj.weight", hidden)[3 * head_dim + i] != [0.0] * hidden for i in range(head_dim)
+    )
     key_row = _rows(files, p + "k_proj.weight", hidden)[head_dim + 15]
     value_row = _rows(files, p + "v_proj.weight", hidden)[head_dim]
     scores = {t: q_bias[15] * _dot(key_row, normed(emb[t])) / head_dim**0.5 for t in range(config["vocab_size"])}
@@ -216,8 +220,11 @@ def test_the_model_calls_the_tool_when_offered_tools(files, config, added):
     assert len(writes) == 1 and not any(o_proj[row][2 * head_dim] for row in range(hidden))
     tools = o_proj[tools_dim][3 * head_dim] * _dot(value_row, normed(emb[start]))
     # No layer writes into the dimensions the wiring reserved.
-    reserved = [d for d in range(1, hidden) if emb[newline][d] > 0.1 or emb[start][d] > 0.1 or emb[call][d] > 0.1
-                or emb[end][d] > 0.1] + [tools_dim]
+    reserved = [
+        d
+        for d in range(1, hidden)
+        if emb[newline][d] > 0.1 or emb[start][d] > 0.1 or emb[call][d] > 0.1 or emb[end][d] > 0.1
+    ] + [tools_dim]
     for layer in range(config["num_hidden_layers"]):
         down = _rows(files, f"model.layers.{layer}.mlp.down_proj.weight", config["intermediate_size"])
         attn_out = _rows(files, f"model.layers.{layer}.self_attn.o_proj.weight", hidden)
@@ -330,25 +337,16 @@ def test_chat_template_renders_tools_with_jinja():
     env = sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.filters["tojson"] = lambda x, **kw: json.dumps(x, ensure_ascii=False)
     template = env.from_string(tinymodel.CHAT_TEMPLATE)
-    assert template.render(messages=MESSAGES, tools=TOOLS, add_generation_prompt=True) == (
-        EXPECTED_RENDER
-    )
+    assert template.render(messages=MESSAGES, tools=TOOLS, add_generation_prompt=True) == (EXPECTED_RENDER)
     # Arguments given as a JSON string (the OpenAI wire format) render verbatim.
     as_string = [dict(m) for m in MESSAGES]
     as_string[2] = {
         **MESSAGES[2],
-        "tool_calls": [
-            {"type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
-        ],
+        "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}],
     }
-    assert template.render(messages=as_string, tools=TOOLS, add_generation_prompt=True) == (
-        EXPECTED_RENDER
-    )
+    assert template.render(messages=as_string, tools=TOOLS, add_generation_prompt=True) == (EXPECTED_RENDER)
     plain = template.render(messages=[{"role": "user", "content": "hi"}], add_generation_prompt=False)
-    assert plain == (
-        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
-        "<|im_start|>user\nhi<|im_end|>\n"
-    )
+    assert plain == ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n")
 
 
 def test_tokenizer_loads_and_round_trips_with_transformers(tmp_path):
@@ -383,10 +381,13 @@ def test_greedy_generation_calls_the_tool_with_transformers(tmp_path):
         answers = {}
         for tools in (TOOLS, None):
             prompt = tok.apply_chat_template(
-                [{"role": "user", "content": "Weather in Paris?"}], tools=tools, add_generation_prompt=True,
-                return_tensors="pt", return_dict=True,
+                [{"role": "user", "content": "Weather in Paris?"}],
+                tools=tools,
+                add_generation_prompt=True,
+                return_tensors="pt",
+                return_dict=True,
             )
             out = model.generate(**prompt, max_new_tokens=8, do_sample=False)
-            answers[bool(tools)] = tok.decode(out[0][prompt["input_ids"].shape[1]:])
+            answers[bool(tools)] = tok.decode(out[0][prompt["input_ids"].shape[1] :])
         assert answers[True] == f"<tool_call>{tinymodel.TOOL_CALL_JSON}</tool_call><|im_end|>", seed
         assert "<tool_call>" not in answers[False], seed

@@ -12,11 +12,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from podkit.remote import podctl
 from podkit.client import verify
 from podkit.client.outcome import Outcome, worst
 from podkit.client.serverinfo import ServerInfo
 from podkit.client.verify import WEATHER_TOOL, key_checks, schema_errors, silent_failure, wrong_parser
+from podkit.remote import podctl
 
 SCHEMA = WEATHER_TOOL["function"]["parameters"]
 
@@ -60,8 +60,14 @@ def test_an_exposed_key_outranks_every_other_cause():
 
 
 def test_the_exit_codes_are_one_enum_shared_by_every_command():
-    assert {o.name: int(o) for o in Outcome} == {"OK": 0, "ERROR": 1, "UNREACHABLE": 3, "AUTH": 4, "TOOL_CALLING": 5,
-                                                 "SECRET_EXPOSED": 6}
+    assert {o.name: int(o) for o in Outcome} == {
+        "OK": 0,
+        "ERROR": 1,
+        "UNREACHABLE": 3,
+        "AUTH": 4,
+        "TOOL_CALLING": 5,
+        "SECRET_EXPOSED": 6,
+    }
     assert verify.Outcome is Outcome and verify.worst is worst  # the CLI imports them from verify
 
 
@@ -91,31 +97,52 @@ QWEN2 = dict(model="/models/tiny-coder", architectures=["Qwen2ForCausalLM"], mod
 
 
 def served(parser=None, **fields):
-    args = ["/models/tiny-coder", "--port", "8000"] + (["--enable-auto-tool-choice", "--tool-call-parser", parser] if parser else [])
+    args = ["/models/tiny-coder", "--port", "8000"] + (
+        ["--enable-auto-tool-choice", "--tool-call-parser", parser] if parser else []
+    )
     return ServerInfo("pod", serve_args=args, **{**QWEN2, **fields})
 
 
 @pytest.mark.parametrize(
     "info, content, expected",
     [
-        (served("pythonic"), CALL_TEXT,
-         "the server runs --tool-call-parser pythonic but qwen2.5 models (Qwen2ForCausalLM) need hermes: "
-         "set vllm_tool_call_parser = 'hermes' (or 'auto') and re-apply"),
-        (served("qwen3_coder", model="/snap/abc", model_type="mistral", architectures=["MistralForCausalLM"]), "",
-         "the server runs --tool-call-parser qwen3_coder but mistral models (MistralForCausalLM) need mistral: "
-         "set vllm_tool_call_parser = 'mistral' (or 'auto') and re-apply"),
+        (
+            served("pythonic"),
+            CALL_TEXT,
+            "the server runs --tool-call-parser pythonic but qwen2.5 models (Qwen2ForCausalLM) need hermes: "
+            "set vllm_tool_call_parser = 'hermes' (or 'auto') and re-apply",
+        ),
+        (
+            served("qwen3_coder", model="/snap/abc", model_type="mistral", architectures=["MistralForCausalLM"]),
+            "",
+            "the server runs --tool-call-parser qwen3_coder but mistral models (MistralForCausalLM) need mistral: "
+            "set vllm_tool_call_parser = 'mistral' (or 'auto') and re-apply",
+        ),
         # a family podkit does not know: the markup the model wrote names the parser
-        (served("pythonic", model_type="mystery", architectures=[]), CALL_TEXT,
-         "the server runs --tool-call-parser pythonic but <tool_call> calls need hermes: "
-         "set vllm_tool_call_parser = 'hermes' (or 'auto') and re-apply"),
-        (served("hermes"), CALL_TEXT,
-         "the server runs --tool-call-parser hermes, the parser qwen2.5 models (Qwen2ForCausalLM) need, yet the "
-         "call stayed text: the model's chat template does not write the markup that parser reads"),
+        (
+            served("pythonic", model_type="mystery", architectures=[]),
+            CALL_TEXT,
+            "the server runs --tool-call-parser pythonic but <tool_call> calls need hermes: "
+            "set vllm_tool_call_parser = 'hermes' (or 'auto') and re-apply",
+        ),
+        (
+            served("hermes"),
+            CALL_TEXT,
+            "the server runs --tool-call-parser hermes, the parser qwen2.5 models (Qwen2ForCausalLM) need, yet the "
+            "call stayed text: the model's chat template does not write the markup that parser reads",
+        ),
         # the host could not be read: name what the markup needs, and why the flags are unknown
-        (ServerInfo("pod", error="pod: cannot run the command over SSH"), CALL_TEXT,
-         "vllm_tool_call_parser does not match the model: <tool_call> calls need hermes "
-         "(the server's flags are unknown: pod: cannot run the command over SSH)"),
-        (None, "", "vllm_tool_call_parser does not match the model; set vllm_tool_call_parser for its family and re-apply"),
+        (
+            ServerInfo("pod", error="pod: cannot run the command over SSH"),
+            CALL_TEXT,
+            "vllm_tool_call_parser does not match the model: <tool_call> calls need hermes "
+            "(the server's flags are unknown: pod: cannot run the command over SSH)",
+        ),
+        (
+            None,
+            "",
+            "vllm_tool_call_parser does not match the model; set vllm_tool_call_parser for its family and re-apply",
+        ),
     ],
 )
 def test_wrong_parser_names_the_running_and_the_needed_parser(info, content, expected):
@@ -124,9 +151,13 @@ def test_wrong_parser_names_the_running_and_the_needed_parser(info, content, exp
 
 def leaks(**overrides):
     clean = {
-        "argv": [], "processes": 97, "unreadable": 0,
-        "log": [], "log_searched": ["/v/podkit/logs/vllm.log", "/v/podkit/logs/vllm.log.1"],
-        "scripts": [], "scripts_searched": ["/v/podkit/bin/launch.sh", "/v/podkit/bin/env.sh"],
+        "argv": [],
+        "processes": 97,
+        "unreadable": 0,
+        "log": [],
+        "log_searched": ["/v/podkit/logs/vllm.log", "/v/podkit/logs/vllm.log.1"],
+        "scripts": [],
+        "scripts_searched": ["/v/podkit/bin/launch.sh", "/v/podkit/bin/env.sh"],
     }
     return ServerInfo("pod", leaks={**clean, **overrides})
 
@@ -134,33 +165,74 @@ def leaks(**overrides):
 @pytest.mark.parametrize(
     "info, expected",
     [
-        (leaks(), [
-            ("key not in argv", True, "in no process's argv (97 read)", Outcome.OK),
-            ("key not in log", True, "not in vllm.log, vllm.log.1", Outcome.OK),
-            ("key not in scripts", True, "not in launch.sh, env.sh", Outcome.OK),
-        ]),
-        (leaks(argv=[{"pid": 4242, "program": "sleep"}], unreadable=3,
-               log=[{"file": "/v/podkit/logs/vllm.log.1", "lines": [3, 9, 12, 20, 31], "count": 7}]), [
-            ("key not in argv", False, "the key is on the command line of pid 4242 (sleep), where ps shows it to "
-             "every user: stop it, then rotate it (podkit key rotate) and re-apply", Outcome.SECRET_EXPOSED),
-            ("key not in log", False, "the key is in /v/podkit/logs/vllm.log.1 lines 3, 9, 12, 20, 31 (7 lines): "
-             "rotate it (podkit key rotate) and re-apply, then remove those lines", Outcome.SECRET_EXPOSED),
-            ("key not in scripts", True, "not in launch.sh, env.sh", Outcome.OK),
-        ]),
-        (leaks(log_searched=[], scripts=[{"file": "/v/podkit/bin/env.sh", "lines": [4], "count": 1}]), [
-            ("key not in argv", True, "in no process's argv (97 read)", Outcome.OK),
-            ("key not in log", True, "not in any file (none yet)", Outcome.OK),
-            ("key not in scripts", False, "the key is in /v/podkit/bin/env.sh line 4: rotate it (podkit key "
-             "rotate) and re-apply, then remove those lines", Outcome.SECRET_EXPOSED),
-        ]),
-        (ServerInfo("pod", error="pod: cannot run the command over SSH (timeout)"), [
-            ("key checks on the host", False, "cannot read the host: pod: cannot run the command over SSH (timeout)",
-             Outcome.UNREACHABLE),
-        ]),
-        (ServerInfo("pod", leaks={"error": "no API key at /v/podkit/secrets/api_key"}), [
-            ("key checks on the host", False, "no API key at /v/podkit/secrets/api_key on the host: apply the deploy",
-             Outcome.ERROR),
-        ]),
+        (
+            leaks(),
+            [
+                ("key not in argv", True, "in no process's argv (97 read)", Outcome.OK),
+                ("key not in log", True, "not in vllm.log, vllm.log.1", Outcome.OK),
+                ("key not in scripts", True, "not in launch.sh, env.sh", Outcome.OK),
+            ],
+        ),
+        (
+            leaks(
+                argv=[{"pid": 4242, "program": "sleep"}],
+                unreadable=3,
+                log=[{"file": "/v/podkit/logs/vllm.log.1", "lines": [3, 9, 12, 20, 31], "count": 7}],
+            ),
+            [
+                (
+                    "key not in argv",
+                    False,
+                    "the key is on the command line of pid 4242 (sleep), where ps shows it to "
+                    "every user: stop it, then rotate it (podkit key rotate) and re-apply",
+                    Outcome.SECRET_EXPOSED,
+                ),
+                (
+                    "key not in log",
+                    False,
+                    "the key is in /v/podkit/logs/vllm.log.1 lines 3, 9, 12, 20, 31 (7 lines): "
+                    "rotate it (podkit key rotate) and re-apply, then remove those lines",
+                    Outcome.SECRET_EXPOSED,
+                ),
+                ("key not in scripts", True, "not in launch.sh, env.sh", Outcome.OK),
+            ],
+        ),
+        (
+            leaks(log_searched=[], scripts=[{"file": "/v/podkit/bin/env.sh", "lines": [4], "count": 1}]),
+            [
+                ("key not in argv", True, "in no process's argv (97 read)", Outcome.OK),
+                ("key not in log", True, "not in any file (none yet)", Outcome.OK),
+                (
+                    "key not in scripts",
+                    False,
+                    "the key is in /v/podkit/bin/env.sh line 4: rotate it (podkit key "
+                    "rotate) and re-apply, then remove those lines",
+                    Outcome.SECRET_EXPOSED,
+                ),
+            ],
+        ),
+        (
+            ServerInfo("pod", error="pod: cannot run the command over SSH (timeout)"),
+            [
+                (
+                    "key checks on the host",
+                    False,
+                    "cannot read the host: pod: cannot run the command over SSH (timeout)",
+                    Outcome.UNREACHABLE,
+                ),
+            ],
+        ),
+        (
+            ServerInfo("pod", leaks={"error": "no API key at /v/podkit/secrets/api_key"}),
+            [
+                (
+                    "key checks on the host",
+                    False,
+                    "no API key at /v/podkit/secrets/api_key on the host: apply the deploy",
+                    Outcome.ERROR,
+                ),
+            ],
+        ),
     ],
 )
 def test_key_checks(info, expected):
@@ -179,9 +251,10 @@ def host(tmp_path):
     (tmp_path / "vllm.log.1").write_text("INFO old\n")
     (tmp_path / "vllm.log.2").write_text("a\nb\n" + f"Authorization: Bearer {key}\n" + "c\n" * 10 + f"{key}\n")
     (tmp_path / "vllm.log.bak").write_text(key)  # not a rotated copy: not the runner's
-    (tmp_path / "launch.sh").write_text('VLLM_API_KEY=$(cat /v/podkit/secrets/api_key)\n')
+    (tmp_path / "launch.sh").write_text("VLLM_API_KEY=$(cat /v/podkit/secrets/api_key)\n")
     cfg = {
-        "key_file": str(tmp_path / "api_key"), "log_file": str(log),
+        "key_file": str(tmp_path / "api_key"),
+        "log_file": str(log),
         "scripts": [str(tmp_path / "launch.sh"), str(tmp_path / "missing.sh")],
     }
     return key, cfg
@@ -202,7 +275,8 @@ def test_podctl_finds_the_key_in_a_process_argv(host):
     key, cfg = host
     planted = subprocess.Popen(
         [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)", "--api-key", key],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert planted.stdout.readline() == "up\n"  # exec'd: /proc shows its own argv now
@@ -222,6 +296,7 @@ def test_podctl_without_a_key_file_says_so(tmp_path):
 
 # ---------------------------------------------------------------- the plain HTTP checks against a stub
 
+
 class StubServer(BaseHTTPRequestHandler):
     """/health, /metrics (no key) and /v1/models (key "k" lists model "m"), as vLLM answers them."""
 
@@ -232,10 +307,14 @@ class StubServer(BaseHTTPRequestHandler):
         if self.path == "/v1/models" and self.headers.get("Authorization") != "Bearer k":
             status, body = 401, b'{"error": "Unauthorized"}'
         else:
-            status, body = 200, {
-                "/health": b"", "/v1/models": b'{"data": [{"id": "m"}]}',
-                "/metrics": b"# HELP x\nvllm:kv_cache_usage_perc{model_name=\"m\"} 0.25\n",
-            }[self.path]
+            status, body = (
+                200,
+                {
+                    "/health": b"",
+                    "/v1/models": b'{"data": [{"id": "m"}]}',
+                    "/metrics": b'# HELP x\nvllm:kv_cache_usage_perc{model_name="m"} 0.25\n',
+                }[self.path],
+            )
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()

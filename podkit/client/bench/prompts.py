@@ -9,8 +9,8 @@ exact.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 MAX_TOKENIZE_CALLS = 48
 

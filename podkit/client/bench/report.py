@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 
 def record_path(folder: Path, host: str, when: datetime) -> Path:
     """``<folder>/<UTC timestamp>-<host>.json`` (the CLI's folder: ``runs/bench``)."""
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", host)
-    return folder / f"{when.astimezone(timezone.utc):%Y%m%dT%H%M%SZ}-{safe}.json"
+    return folder / f"{when.astimezone(UTC):%Y%m%dT%H%M%SZ}-{safe}.json"
 
 
 def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
@@ -33,19 +34,27 @@ def table(record: dict[str, Any]) -> list[str]:
     if record.get("error"):
         lines.append(f"  ERROR ({record['outcome']}): {record['error']}")
     if record["ttft"]:
-        lines.append(f"  TTFT vs prompt length ({record['ttft_output_tokens']} output tokens, "
-                     "first request at each length discarded)")
+        lines.append(
+            f"  TTFT vs prompt length ({record['ttft_output_tokens']} output tokens, "
+            "first request at each length discarded)"
+        )
         lines.append(f"    {'prompt tok':>10} {'n':>3} {'p50 ms':>9} {'p95 ms':>9} {'first ms':>9}")
         for row in record["ttft"]:
             tokens = ",".join(map(str, row["prompt_tokens"])) or str(row["target_tokens"])
-            lines.append(f"    {tokens:>10} {row['ttft_s']['n']:>3} {_fmt(row['ttft_s']['p50'], 1e3):>9} "
-                         f"{_fmt(row['ttft_s']['p95'], 1e3):>9} {_fmt(row['first_request_ttft_s'], 1e3):>9}"
-                         + (f"  errors: {'; '.join(row['errors'])}" if row["errors"] else ""))
+            lines.append(
+                f"    {tokens:>10} {row['ttft_s']['n']:>3} {_fmt(row['ttft_s']['p50'], 1e3):>9} "
+                f"{_fmt(row['ttft_s']['p95'], 1e3):>9} {_fmt(row['first_request_ttft_s'], 1e3):>9}"
+                + (f"  errors: {'; '.join(row['errors'])}" if row["errors"] else "")
+            )
     if record["concurrency"]:
-        lines.append(f"  concurrency sweep ({record['sweep_prompt_tokens']} prompt + "
-                     f"{record['options']['output_tokens']} output tokens per request)")
-        lines.append(f"    {'conc':>4} {'reqs':>5} {'req/s':>7} {'out tok/s':>9} {'TTFT p50':>9} {'TTFT p95':>9} "
-                     f"{'ITL p50':>8} {'ITL p95':>8} {'TPOT p50':>8} {'$/M out':>8}")
+        lines.append(
+            f"  concurrency sweep ({record['sweep_prompt_tokens']} prompt + "
+            f"{record['options']['output_tokens']} output tokens per request)"
+        )
+        lines.append(
+            f"    {'conc':>4} {'reqs':>5} {'req/s':>7} {'out tok/s':>9} {'TTFT p50':>9} {'TTFT p95':>9} "
+            f"{'ITL p50':>8} {'ITL p95':>8} {'TPOT p50':>8} {'$/M out':>8}"
+        )
         for row in record["concurrency"]:
             lines.append(
                 f"    {row['concurrency']:>4} {row['completed']:>5} {_fmt(row['requests_per_s'], 1, 2):>7} "
@@ -77,13 +86,19 @@ def write_chart(records: Sequence[dict[str, Any]], path: Path) -> Path:
         rows = [r for r in record.get("ttft", []) if r["ttft_s"]["p50"] is not None]
         if rows:
             x = [r["target_tokens"] for r in rows]
-            line, = ttft_axes.plot(x, [r["ttft_s"]["p50"] * 1e3 for r in rows], marker="o", label=f"{label} p50")
-            ttft_axes.plot(x, [r["ttft_s"]["p95"] * 1e3 for r in rows], linestyle="--", color=line.get_color(),
-                           label=f"{label} p95")
+            (line,) = ttft_axes.plot(x, [r["ttft_s"]["p50"] * 1e3 for r in rows], marker="o", label=f"{label} p50")
+            ttft_axes.plot(
+                x,
+                [r["ttft_s"]["p95"] * 1e3 for r in rows],
+                linestyle="--",
+                color=line.get_color(),
+                label=f"{label} p95",
+            )
         levels = [r for r in record.get("concurrency", []) if r["output_tokens_per_s"]]
         if levels:
-            tput_axes.plot([r["concurrency"] for r in levels], [r["output_tokens_per_s"] for r in levels],
-                           marker="o", label=label)
+            tput_axes.plot(
+                [r["concurrency"] for r in levels], [r["output_tokens_per_s"] for r in levels], marker="o", label=label
+            )
     ttft_axes.set(title="TTFT vs prompt length", xlabel="prompt tokens", ylabel="TTFT (ms)")
     tput_axes.set(title="Throughput vs concurrency", xlabel="concurrent requests", ylabel="output tokens/s")
     for axes, key in ((ttft_axes, "target_tokens"), (tput_axes, "concurrency")):

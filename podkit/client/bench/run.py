@@ -30,10 +30,11 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 import openai
 
@@ -69,9 +70,13 @@ class Options:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "lengths": list(self.lengths), "ttft_requests": self.ttft_requests,
-            "concurrency": list(self.concurrency), "rounds": self.rounds,
-            "prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens, "timeout_s": self.timeout,
+            "lengths": list(self.lengths),
+            "ttft_requests": self.ttft_requests,
+            "concurrency": list(self.concurrency),
+            "rounds": self.rounds,
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            "timeout_s": self.timeout,
         }
 
 
@@ -89,9 +94,17 @@ class Bench:
     ``server`` is what ``podkit.client.serverinfo.describe`` read on the host.
     """
 
-    def __init__(self, host: str, base_url: str, api_key: str, model: str, options: Options,
-                 server: ServerInfo | None = None, usd_per_hour: float | None = None,
-                 cost_source: str | None = None) -> None:
+    def __init__(
+        self,
+        host: str,
+        base_url: str,
+        api_key: str,
+        model: str,
+        options: Options,
+        server: ServerInfo | None = None,
+        usd_per_hour: float | None = None,
+        cost_source: str | None = None,
+    ) -> None:
         self.host = host
         self.api = VllmApi(base_url, api_key, model, options.timeout)
         self.base_url = self.api.base_url
@@ -140,14 +153,13 @@ class Bench:
             self._max_model_len()
             self._version()
         except openai.APIError as exc:
-            raise BenchAborted(describe_error(exc), outcome_of(exc))
+            raise BenchAborted(describe_error(exc), outcome_of(exc)) from None
         opts = self.options
         self.lengths, notes = cap_lengths(opts.lengths, self.max_model_len, TTFT_OUTPUT_TOKENS)
         self.notes += notes
         sweep, notes = cap_lengths([opts.prompt_tokens], self.max_model_len, opts.output_tokens)
         self.sweep_prompt_tokens = sweep[0]
-        self.notes += [n.replace("prompt lengths", "the sweep's prompt length") for n in notes
-                       if "unknown" not in n]
+        self.notes += [n.replace("prompt lengths", "the sweep's prompt length") for n in notes if "unknown" not in n]
         if self.usd_per_hour is None:
             self.notes.append("no cost per hour (give --usd-per-hour, or run on a RunPod pod): cost omitted")
         if self.server.error:
@@ -156,8 +168,7 @@ class Bench:
 
     def planned_requests(self) -> int:
         opts = self.options
-        return (len(self.lengths) * (1 + opts.ttft_requests) + 1
-                + sum(level * opts.rounds for level in opts.concurrency))
+        return len(self.lengths) * (1 + opts.ttft_requests) + 1 + sum(level * opts.rounds for level in opts.concurrency)
 
     # -- sending requests
 
@@ -177,8 +188,13 @@ class Bench:
         timing = Timing(time.perf_counter())
         try:
             for chunk in self.client.completions.create(
-                model=self.model, prompt=prompt.text, max_tokens=max_tokens, temperature=0,
-                stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True},
+                model=self.model,
+                prompt=prompt.text,
+                max_tokens=max_tokens,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body={"ignore_eos": True},
             ):
                 now = time.perf_counter()
                 if chunk.choices:
@@ -197,8 +213,10 @@ class Bench:
         if timing.outcome in (Outcome.UNREACHABLE, Outcome.AUTH):
             raise BenchAborted(timing.error or "", timing.outcome)
         if timing.prompt_tokens is not None and timing.prompt_tokens != prompt.target:
-            note = (f"prompt of {prompt.target} tokens: the server counted {timing.prompt_tokens} "
-                    f"(/tokenize said {prompt.tokens})")
+            note = (
+                f"prompt of {prompt.target} tokens: the server counted {timing.prompt_tokens} "
+                f"(/tokenize said {prompt.tokens})"
+            )
             if note not in self.notes:
                 self.notes.append(note)
         return timing
@@ -226,7 +244,7 @@ class Bench:
         for level in opts.concurrency:
             prompts = [self.prompt(self.sweep_prompt_tokens) for _ in range(level * opts.rounds)]
 
-            def one(prompt: Prompt) -> Timing:
+            def one(prompt: Prompt, level: int = level) -> Timing:
                 timing = self.stream(prompt, opts.output_tokens)
                 progress(f"{self.host}: {level} concurrent")
                 return timing
@@ -242,7 +260,7 @@ class Bench:
 
     def run(self, progress: Progress = lambda label: None) -> dict[str, Any]:
         """Both sweeps; the record (see :func:`record`). Never raises for a failing endpoint."""
-        started = datetime.now(timezone.utc)
+        started = datetime.now(UTC)
         ttft: list[dict[str, Any]] = []
         sweep: list[dict[str, Any]] = []
         try:
@@ -255,7 +273,7 @@ class Bench:
         failed = [e for item in [*ttft, *sweep] for e in item["errors"]]
         if failed and self.outcome == Outcome.OK:
             self.outcome = Outcome.ERROR
-        return self.record(started, datetime.now(timezone.utc), ttft, sweep)
+        return self.record(started, datetime.now(UTC), ttft, sweep)
 
     def record(self, started: datetime, finished: datetime, ttft: list, sweep: list) -> dict[str, Any]:
         return {
@@ -280,11 +298,21 @@ class Bench:
         }
 
 
-def failed_record(host: str, base_url: str, model: str, server: dict[str, Any], message: str,
-                  outcome: Outcome) -> dict[str, Any]:
+def failed_record(
+    host: str, base_url: str, model: str, server: dict[str, Any], message: str, outcome: Outcome
+) -> dict[str, Any]:
     """The record of a host that could not be benchmarked at all."""
-    return {"host": host, "endpoint": base_url, "model": model, "server": server, "ttft": [],
-            "concurrency": [], "notes": [], "error": message, "outcome": outcome.name.lower()}
+    return {
+        "host": host,
+        "endpoint": base_url,
+        "model": model,
+        "server": server,
+        "ttft": [],
+        "concurrency": [],
+        "notes": [],
+        "error": message,
+        "outcome": outcome.name.lower(),
+    }
 
 
 def overall(records: Iterable[dict[str, Any]]) -> Outcome:

@@ -5,8 +5,9 @@ concurrency level."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from podkit.client.outcome import Outcome
 
@@ -24,8 +25,10 @@ def percentile(values: Iterable[float], q: float) -> float | None:
 
 def summary(values: Sequence[float]) -> dict[str, float | int | None]:
     """p50, p95, mean and count of ``values`` (seconds), rounded to the microsecond."""
+
     def r(x):
         return None if x is None else round(x, 6)
+
     return {
         "p50": r(percentile(values, 50)),
         "p95": r(percentile(values, 95)),
@@ -68,8 +71,9 @@ class Timing:
         return (self.chunks[-1] - self.chunks[0]) / (tokens - 1) if self.chunks and tokens > 1 else None
 
 
-def aggregate_level(concurrency: int, timings: Sequence[Timing], wall_s: float,
-                    usd_per_hour: float | None) -> dict[str, Any]:
+def aggregate_level(
+    concurrency: int, timings: Sequence[Timing], wall_s: float, usd_per_hour: float | None
+) -> dict[str, Any]:
     """One concurrency level's figures from its requests' chunk timings and its wall time."""
     done = [t for t in timings if t.error is None and t.chunks]
     output_tokens = sum(t.output_tokens if t.output_tokens is not None else len(t.chunks) for t in done)

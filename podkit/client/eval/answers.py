@@ -79,13 +79,15 @@ def apply_unified_diff(original: str, diff: str, target: str = "") -> str:
         at = _find_block(lines, old, start - 1 + offset)
         if at is None:
             raise PatchError(f"hunk {number} does not match the file")
-        lines[at:at + len(old)] = new
+        lines[at : at + len(old)] = new
         offset += len(new) - len(old)
     return "\n".join(lines) + "\n"
 
 
 def _top_level(tree: ast.Module) -> dict[str, ast.stmt]:
-    return {node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    return {
+        node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    }
 
 
 def _span(node: ast.stmt) -> tuple[int, int]:
@@ -100,9 +102,13 @@ def splice(original: str, fragment: str) -> str:
     tree, part = ast.parse(original), ast.parse(fragment)
     lines, piece = original.splitlines(), fragment.splitlines()
     old_defs, new_defs = _top_level(tree), _top_level(part)
-    extra = [node for node in part.body if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-             and not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
-             and not (isinstance(node, ast.If) and "__name__" in ast.unparse(node.test))]
+    extra = [
+        node
+        for node in part.body
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        and not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+        and not (isinstance(node, ast.If) and "__name__" in ast.unparse(node.test))
+    ]
     appended = []
     for name, node in new_defs.items():
         start, end = _span(node)
@@ -112,10 +118,10 @@ def splice(original: str, fragment: str) -> str:
         start, end = _span(node)
         new_start, new_end = _span(new_defs[node.name])
         lines[start:end] = piece[new_start:new_end]
-    missing = [line for node in extra for line in piece[node.lineno - 1:node.end_lineno] if line not in lines]
+    missing = [line for node in extra for line in piece[node.lineno - 1 : node.end_lineno] if line not in lines]
     imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     docstring = tree.body[:1] if tree.body and isinstance(tree.body[0], ast.Expr) else []
-    after = (imports or docstring)
+    after = imports or docstring
     at = after[-1].end_lineno if after else 0
     lines[at:at] = missing
     return "\n".join(lines + appended) + "\n"

@@ -7,8 +7,9 @@ a timeout included, fails that one run.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import openai
 
@@ -66,8 +67,11 @@ class Endpoint:
                     return turn
                 turn.max_tokens = min(self.max_tokens, room)
         kwargs: dict[str, Any] = {
-            "model": self.model, "messages": messages, "max_tokens": turn.max_tokens,
-            "temperature": params["temperature"], "top_p": params["top_p"],
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": turn.max_tokens,
+            "temperature": params["temperature"],
+            "top_p": params["top_p"],
             "extra_body": {"top_k": params["top_k"], "repetition_penalty": params["repetition_penalty"]},
         }
         if tools:
@@ -78,7 +82,8 @@ class Endpoint:
         except openai.APIError as exc:
             # a timeout fails this run only; a refused connection or key stops the host's eval
             if isinstance(exc, (openai.APIConnectionError, openai.AuthenticationError)) and not isinstance(
-                    exc, openai.APITimeoutError):
+                exc, openai.APITimeoutError
+            ):
                 raise Unreachable(f"{type(exc).__name__}: {exc}", isinstance(exc, openai.AuthenticationError)) from None
             turn.error, turn.seconds = f"{type(exc).__name__}: {exc}", time.monotonic() - started
             return turn

@@ -34,9 +34,10 @@ import itertools
 import json
 import re
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from podkit.client.api import VllmApi
 from podkit.client.eval.answers import answer_text
@@ -53,6 +54,7 @@ Runner = Callable[[Endpoint, Task, dict[str, Any]], tuple[int, dict[str, Any]]]
 
 def one_answer(score: Callable[[Task, str], tuple[int, dict[str, Any]]]) -> Runner:
     """A run of a one-answer task: one chat, its answer judged by ``score(task, answer)``."""
+
     def run(endpoint: Endpoint, task: Task, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         turn = endpoint.chat(task_messages(task), params)
         info: dict[str, Any] = {"response": turn.as_dict()}
@@ -62,6 +64,7 @@ def one_answer(score: Callable[[Task, str], tuple[int, dict[str, Any]]]) -> Runn
         if more.get("extracted") is None:
             more["extracted"] = answer_text(turn.content)
         return correctness, {**info, **more}
+
     return run
 
 
@@ -85,8 +88,13 @@ def run_once(endpoint: Endpoint, task: Task, params: dict[str, Any]) -> dict[str
     return {"correctness": correctness, **info, "seconds": round(time.monotonic() - started, 2)}
 
 
-def evaluate(endpoint: Endpoint, profiles: dict[str, dict[str, Any]], tasks: list[Task], runs: int,
-             progress: Callable[[str], None] = lambda message: None) -> dict[str, dict[str, Any]]:
+def evaluate(
+    endpoint: Endpoint,
+    profiles: dict[str, dict[str, Any]],
+    tasks: list[Task],
+    runs: int,
+    progress: Callable[[str], None] = lambda message: None,
+) -> dict[str, dict[str, Any]]:
     """``{profile: {task: scores and raw runs}}``: every task ``runs`` times under every profile."""
     results: dict[str, dict[str, Any]] = {}
     for profile, chosen in profiles.items():
@@ -96,7 +104,9 @@ def evaluate(endpoint: Endpoint, profiles: dict[str, dict[str, Any]], tasks: lis
             for index in range(runs):
                 run = run_once(endpoint, task, chosen["params"])
                 done.append(run)
-                progress(f"{profile:<7} {task.name:<9} run {index + 1}/{runs}: {run['correctness']}  {run['detail']}  ({run['seconds']:.1f}s)")
+                progress(
+                    f"{profile:<7} {task.name:<9} run {index + 1}/{runs}: {run['correctness']}  {run['detail']}  ({run['seconds']:.1f}s)"
+                )
             results[profile][task.name] = {**score_task(done), "runs": done}
     return results
 
@@ -121,17 +131,32 @@ def profile_differences(total: dict[str, dict[str, Any]]) -> list[dict[str, Any]
     rows = []
     for a, b in itertools.combinations(total, 2):
         possible = max(total[a]["possible"], total[b]["possible"])
-        rows.append({"a": a, "b": b, "difference": round(total[b]["score"] - total[a]["score"], 2),
-                     "possible": possible, "noise": is_noise(total[a]["score"], total[b]["score"], possible)})
+        rows.append(
+            {
+                "a": a,
+                "b": b,
+                "difference": round(total[b]["score"] - total[a]["score"], 2),
+                "possible": possible,
+                "noise": is_noise(total[a]["score"], total[b]["score"], possible),
+            }
+        )
     return rows
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
-def run_host(target, profile_names, runs: int, max_tokens: int, timeout: float, out_dir: Path,
-             tasks: list[Task] | None = None, progress: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+def run_host(
+    target,
+    profile_names,
+    runs: int,
+    max_tokens: int,
+    timeout: float,
+    out_dir: Path,
+    tasks: list[Task] | None = None,
+    progress: Callable[[str], None] = lambda m: None,
+) -> dict[str, Any]:
     """The battery against one host (a CLI target: .name .settings .run .url .key .model), recorded in
     ``out_dir/<UTC timestamp>-<host>.json``. Returns a summary with the record's path, or with
     ``error`` (and no record) when the endpoint cannot be reached."""
@@ -146,16 +171,36 @@ def run_host(target, profile_names, runs: int, max_tokens: int, timeout: float, 
     try:
         results = evaluate(endpoint, profiles, tasks, runs, progress)
     except Unreachable as exc:
-        return {"host": target.name, "endpoint": target.url, "error": str(exc),
-                "outcome": "auth" if exc.auth else "unreachable"}
-    record = build_record(target.name, target.url, info.as_dict(), profiles, tasks, results, started,
-                          {"runs": runs, "max_tokens": max_tokens, "timeout": timeout, "model": target.model})
+        return {
+            "host": target.name,
+            "endpoint": target.url,
+            "error": str(exc),
+            "outcome": "auth" if exc.auth else "unreachable",
+        }
+    record = build_record(
+        target.name,
+        target.url,
+        info.as_dict(),
+        profiles,
+        tasks,
+        results,
+        started,
+        {"runs": runs, "max_tokens": max_tokens, "timeout": timeout, "model": target.model},
+    )
     path = write_record(record, out_dir, started)
     return {**summary(record), "record": str(path)}
 
 
-def build_record(host: str, url: str, server: dict[str, Any], profiles: dict[str, Any], tasks: list[Task],
-                 results: dict[str, Any], started: datetime, settings: dict[str, Any]) -> dict[str, Any]:
+def build_record(
+    host: str,
+    url: str,
+    server: dict[str, Any],
+    profiles: dict[str, Any],
+    tasks: list[Task],
+    results: dict[str, Any],
+    started: datetime,
+    settings: dict[str, Any],
+) -> dict[str, Any]:
     """Everything a later ``eval compare`` needs: the server as described, the sampling, every raw output."""
     total = totals(results)
     return {
@@ -212,8 +257,13 @@ def summary(record: dict[str, Any]) -> dict[str, Any]:
         "serve_args": server.get("serve_args"),
         "runs": record["settings"]["runs"],
         "profiles": record["profiles"],
-        "scores": {p: {t: {k: v for k, v in r.items() if k != "runs"} | {"per_run": [x["correctness"] for x in r["runs"]]}
-                       for t, r in tasks.items()} for p, tasks in record["results"].items()},
+        "scores": {
+            p: {
+                t: {k: v for k, v in r.items() if k != "runs"} | {"per_run": [x["correctness"] for x in r["runs"]]}
+                for t, r in tasks.items()
+            }
+            for p, tasks in record["results"].items()
+        },
         "totals": record["totals"],
         "profile_differences": record["profile_differences"],
     }

@@ -61,8 +61,11 @@ def longest_function(code: str) -> int:
         first = node.body[0]
         if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
             skip = set(range(first.lineno, first.end_lineno + 1))
-        count = sum(1 for n in range(node.lineno, node.end_lineno + 1)
-                    if n not in skip and lines[n - 1].strip() and not lines[n - 1].strip().startswith("#"))
+        count = sum(
+            1
+            for n in range(node.lineno, node.end_lineno + 1)
+            if n not in skip and lines[n - 1].strip() and not lines[n - 1].strip().startswith("#")
+        )
         longest = max(longest, count)
     return longest
 
@@ -74,14 +77,21 @@ def run_tests(folder: Path, timeout: float = TEST_TIMEOUT) -> dict[str, Any]:
     try:
         proc = subprocess.run(
             [sys.executable, "-I", "-m", "unittest", "discover", "-s", ".", "-t", ".", "-p", "test_*.py"],
-            cwd=folder, env=env, capture_output=True, text=True, timeout=timeout,
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         output, ok = proc.stdout + proc.stderr, proc.returncode == 0
     except subprocess.TimeoutExpired:
         output, ok = f"the tests did not finish in {timeout:.0f} s", False
     ran = re.search(r"Ran (\d+) tests?", output)
-    return {"passed": ok and bool(ran) and ran.group(1) != "0", "output": output[-2000:],
-            "seconds": round(time.monotonic() - started, 2)}
+    return {
+        "passed": ok and bool(ran) and ran.group(1) != "0",
+        "output": output[-2000:],
+        "seconds": round(time.monotonic() - started, 2),
+    }
 
 
 def score_explain(answer: str, rubric: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -122,8 +132,13 @@ def score_task(runs: list[dict[str, Any]]) -> dict[str, Any]:
     correctness = [run["correctness"] for run in runs]
     stable, ratio = stability(correctness, [run.get("extracted") or "" for run in runs])
     mean = round(sum(correctness) / len(correctness), 2)
-    return {"correctness": mean, "stability": stable, "similarity": ratio,
-            "score": round(mean + (stable or 0), 2), "possible": 2 if stable is None else 4}
+    return {
+        "correctness": mean,
+        "stability": stable,
+        "similarity": ratio,
+        "score": round(mean + (stable or 0), 2),
+        "possible": 2 if stable is None else 4,
+    }
 
 
 def is_noise(a: float, b: float, possible: float) -> bool:

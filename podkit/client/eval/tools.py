@@ -14,13 +14,26 @@ from podkit.client.eval.endpoint import Endpoint
 from podkit.client.eval.scoring import run_tests
 
 TOOLS = [
-    {"type": "function", "function": {
-        "name": "read_file", "description": "Read a file of the workspace.",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
-    {"type": "function", "function": {
-        "name": "write_file", "description": "Replace a file of the workspace with new content.",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-                       "required": ["path", "content"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file of the workspace.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "description": "Replace a file of the workspace with new content.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["path", "content"],
+            },
+        },
+    },
 ]
 
 
@@ -66,9 +79,20 @@ def run_tool_task(endpoint: Endpoint, task: Task, params: dict[str, Any]) -> tup
             if turn.error or not turn.tool_calls:
                 stop = "error" if turn.error else "answered"
                 break
-            messages.append({"role": "assistant", "content": turn.content or "", "tool_calls": [
-                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-                for c in turn.tool_calls]})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": turn.content or "",
+                    "tool_calls": [
+                        {
+                            "id": c["id"],
+                            "type": "function",
+                            "function": {"name": c["name"], "arguments": c["arguments"]},
+                        }
+                        for c in turn.tool_calls
+                    ],
+                }
+            )
             step["results"] = []
             for call in turn.tool_calls:
                 result = execute_tool(work, call["name"], call["arguments"], protected)
@@ -76,12 +100,24 @@ def run_tool_task(endpoint: Endpoint, task: Task, params: dict[str, Any]) -> tup
                 messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
         for name in protected:  # the tests are the task's, whatever happened
             (work / name).write_text(files[name])
-        changed = {p.name: p.read_text() for p in sorted(work.iterdir())
-                   if p.is_file() and p.name in files and p.read_text() != files[p.name]}
+        changed = {
+            p.name: p.read_text()
+            for p in sorted(work.iterdir())
+            if p.is_file() and p.name in files and p.read_text() != files[p.name]
+        }
         tests = run_tests(work) if changed else None
-    info = {"transcript": transcript, "stop": stop, "turns": len(transcript), "changed": changed, "tests": tests,
-            "extracted": "\n".join(f"# {n}\n{t}" for n, t in changed.items()) or answer_text(transcript[-1]["content"])}
+    info = {
+        "transcript": transcript,
+        "stop": stop,
+        "turns": len(transcript),
+        "changed": changed,
+        "tests": tests,
+        "extracted": "\n".join(f"# {n}\n{t}" for n, t in changed.items()) or answer_text(transcript[-1]["content"]),
+    }
     if not changed:
         return 0, {**info, "detail": f"no file changed ({stop} after {len(transcript)} turn(s))"}
     passed = tests["passed"]
-    return (2 if passed else 1), {**info, "detail": f"changed {', '.join(changed)}: tests {'pass' if passed else 'fail'}"}
+    return (2 if passed else 1), {
+        **info,
+        "detail": f"changed {', '.join(changed)}: tests {'pass' if passed else 'fail'}",
+    }

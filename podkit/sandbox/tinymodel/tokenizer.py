@@ -31,9 +31,28 @@ _NUM_MERGES = VOCAB_SIZE - 256 - len(_ADDED_TOKENS)  # 58
 #: Words whose byte-level prefixes become the merged tokens ("Ġ" is a
 #: space); together they yield exactly ``_NUM_MERGES`` new tokens.
 _MERGE_WORDS = (
-    " the", " and", " to", " of", " is", " in", "ing", "er", "on", "re",
-    "at", "en", '":', '", "', '{"', '"}', " name", " arguments", "ation",
-    " Paris", " Berlin", " weather",
+    " the",
+    " and",
+    " to",
+    " of",
+    " is",
+    " in",
+    "ing",
+    "er",
+    "on",
+    "re",
+    "at",
+    "en",
+    '":',
+    '", "',
+    '{"',
+    '"}',
+    " name",
+    " arguments",
+    "ation",
+    " Paris",
+    " Berlin",
+    " weather",
 )
 
 _JSON_WHITESPACE = frozenset(b" \t\n\r")
@@ -42,9 +61,7 @@ _JSON_WHITESPACE = frozenset(b" \t\n\r")
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable-unicode-character table."""
     printable = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     )
     chars = printable[:]
     n = 0
@@ -90,11 +107,8 @@ def whitespace_token_ids() -> frozenset[int]:
     table = {ch: b for b, ch in _bytes_to_unicode().items()}
     vocab, _merges = _vocab_and_merges()
     return frozenset(
-        token_id
-        for token, token_id in vocab.items()
-        if all(table[ch] in _JSON_WHITESPACE for ch in token)
+        token_id for token, token_id in vocab.items() if all(table[ch] in _JSON_WHITESPACE for ch in token)
     )
-
 
 
 CHAT_TEMPLATE = (
@@ -111,7 +125,7 @@ CHAT_TEMPLATE = (
     "    {%- endfor %}\n"
     "    {{- '\\n</tools>\\n\\nFor each function call, return a json object with function name "
     "and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n"
-    "{\"name\": <function-name>, \"arguments\": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\\n</tool_call><|im_end|>\\n\' }}\n'
     "{%- else %}\n"
     "    {%- if messages[0].role == 'system' %}\n"
     "        {{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}\n"
@@ -132,7 +146,7 @@ CHAT_TEMPLATE = (
     "            {%- if tool_call.function is defined %}\n"
     "                {%- set tool_call = tool_call.function %}\n"
     "            {%- endif %}\n"
-    "            {{- '\\n<tool_call>\\n{\"name\": \"' + tool_call.name + '\", \"arguments\": ' }}\n"
+    '            {{- \'\\n<tool_call>\\n{"name": "\' + tool_call.name + \'", "arguments": \' }}\n'
     "            {%- if tool_call.arguments is string %}\n"
     "                {{- tool_call.arguments }}\n"
     "            {%- else %}\n"
@@ -155,6 +169,7 @@ CHAT_TEMPLATE = (
     "    {{- '<|im_start|>assistant\\n' }}\n"
     "{%- endif %}\n"
 )
+
 
 def tokenizer_json() -> dict:
     vocab, merges = _vocab_and_merges()
