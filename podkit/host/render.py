@@ -4,12 +4,29 @@ Rendering here (rather than on the host) lets the deploy compare a file's
 checksum with the probe's and skip the write, and the restart, when nothing
 changed. No secret is ever passed to a template: the launch script reads the
 key from its file at start.
+
+Every value a template receives goes through a filter for where it lands, so no
+datum can add a command or a unit line (settings refuse control characters
+first; these hold even for a value that got past them):
+
+- ``q``: a shell word (``shlex.quote``);
+- ``env_name``: a shell variable name, refused unless it is one;
+- ``comment``: text in a ``#`` comment, with control characters (line breaks)
+  made spaces;
+- ``systemd``: one word of a unit's command line, double-quoted, with ``%``,
+  ``$``, ``\\``, ``"`` and control characters escaped;
+- ``unit_text``: free text in a unit field (``Description=``): ``%`` escaped,
+  control characters made spaces, no backslash to continue the line;
+- ``unit_value``: a unit field with no escapes of its own (``User=``,
+  ``StandardOutput=append:PATH``): ``%`` escaped, and a value that cannot be
+  written on one line refused.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +39,8 @@ from podkit.plan.hostplan import HostPlan
 from podkit.settings import UNIT_NAME, PackageSpec, Settings
 
 TEMPLATES = PROJECT_ROOT / "templates"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # line breaks, tabs, escapes: what settings refuse
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -43,16 +62,51 @@ def _environment(templates: Path) -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["q"] = lambda value: shlex.quote(str(value))
+    env.filters["env_name"] = env_name
+    env.filters["comment"] = comment_text
     env.filters["systemd"] = systemd_quote
+    env.filters["unit_text"] = unit_text
+    env.filters["unit_value"] = unit_value
     return env
+
+
+def env_name(value: str) -> str:
+    """A variable name for ``export NAME=...``: it cannot be quoted, so anything else is refused."""
+    if not _ENV_NAME.fullmatch(str(value)):
+        raise ValueError(f"{str(value)!r} is not a shell variable name: use letters, digits and _")
+    return str(value)
+
+
+def comment_text(value: str) -> str:
+    """Text for a ``#`` comment (shell or unit): one line, control characters made spaces."""
+    return _CONTROL.sub(" ", str(value))
 
 
 def systemd_quote(value: str, program: bool = False) -> str:
     """One word of a systemd command line (``ExecStart=``): double-quoted, with systemd's own
     expansions escaped (``%`` specifiers everywhere, ``$`` variables in the arguments only:
-    systemd does not expand them in the program's path), so it reaches the program unchanged."""
+    systemd does not expand them in the program's path), and control characters written as
+    C escapes (``\\x0a``, which systemd turns back into the character), so it reaches the
+    program unchanged and stays on its line."""
     text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
-    return f'"{text if program else text.replace("$", "$$")}"'
+    text = text if program else text.replace("$", "$$")
+    return '"' + _CONTROL.sub(lambda match: f"\\x{ord(match[0]):02x}", text) + '"'
+
+
+def unit_text(value: str) -> str:
+    """Free text for a unit field such as ``Description=``: ``%`` escaped, control characters
+    made spaces, and no trailing backslash (which would join the next line to this one)."""
+    return comment_text(value).replace("%", "%%").rstrip("\\")
+
+
+def unit_value(value: str) -> str:
+    """A unit field value with no escapes of its own (``User=``, ``Group=``, ``append:PATH``):
+    ``%`` escaped; a control character or a trailing backslash cannot be written on the line
+    and is refused (settings and the host's ``id`` never give one)."""
+    text = str(value)
+    if _CONTROL.search(text) or text.endswith("\\"):
+        raise ValueError(f"{text!r} cannot be written in a systemd unit: it holds a line break or ends in \\")
+    return text.replace("%", "%%")
 
 
 def serve_argv(settings: Settings, vllm_bin: str, launch: HostPlan) -> list[str]:
@@ -86,16 +140,16 @@ def serve_argv(settings: Settings, vllm_bin: str, launch: HostPlan) -> list[str]
     return argv + list(launch.extra_args) + list(settings.extra_args)
 
 
-def argv_lines(argv: list[str]) -> list[str]:
-    """Shell-quoted argv grouped for reading: the program and subcommand, then one option per line."""
-    quoted = [shlex.quote(arg) for arg in argv]
-    lines = [" ".join(quoted[:3])]
+def argv_groups(argv: list[str]) -> list[list[str]]:
+    """Argv grouped for reading, one group a line: the program, subcommand and model, then each
+    option with its values. The template quotes every word."""
+    groups = [list(argv[:3])]
     for index in range(3, len(argv)):
-        if argv[index].startswith("--") or not lines or index == 3:
-            lines.append(quoted[index])
+        if argv[index].startswith("--") or index == 3:
+            groups.append([argv[index]])
         else:
-            lines[-1] += " " + quoted[index]
-    return lines
+            groups[-1].append(argv[index])
+    return groups
 
 
 def host_files(
@@ -124,7 +178,7 @@ def host_files(
                 package=str(package),
                 env_file=paths.env_file,
                 key_file=paths.api_key,
-                argv_lines=argv_lines(serve_argv(settings, vllm_bin, launch)),
+                argv_groups=argv_groups(serve_argv(settings, vllm_bin, launch)),
             ),
             "755",
         ),

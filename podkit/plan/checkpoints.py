@@ -42,6 +42,19 @@ MISTRAL_FILES = ("params.json", "tekken.json", "consolidated*.safetensors")
 FP8_DTYPES = ("F8_E4M3", "F8_E5M2", "F8_E4M3FN", "F8_E8M0")
 
 
+#: The config.json keys vLLM takes a model's context limit from (the smallest present wins).
+POSITION_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
+
+
 class ModelError(LookupError):
     """The model cannot be read; the message says why and what to do."""
 
@@ -92,6 +105,28 @@ class Checkpoint:
         return sum(self.files[name] for name in self.download if name.endswith(".safetensors"))
 
 
+def max_positions(config: dict[str, Any]) -> int | None:
+    """The longest context vLLM accepts for a model with ``config`` (its config.json), derived
+    as vLLM derives it before it refuses a longer ``--max-model-len``: the smallest of the
+    :data:`POSITION_KEYS` present (in ``text_config`` first for multimodal models), times the
+    RoPE scaling factor unless the RoPE type already counts it (``llama3``, ``longrope``, ``su``;
+    ``yarn`` scales its ``original_max_position_embeddings``). None when no key is present:
+    vLLM then takes the length it is given."""
+    c = {**config, **(config.get("text_config") or {})}
+    found = [int(c[key]) for key in POSITION_KEYS if isinstance(c.get(key), (int, float)) and c[key] > 0]
+    if not found:
+        return None
+    positions = min(found)
+    rope = c.get("rope_scaling") or c.get("rope_parameters")
+    if isinstance(rope, dict) and isinstance(rope.get("factor"), (int, float)):
+        kind = rope.get("rope_type") or rope.get("type")
+        if kind not in ("su", "longrope", "llama3"):
+            if kind == "yarn" and isinstance(rope.get("original_max_position_embeddings"), int):
+                positions = rope["original_max_position_embeddings"]
+            positions = int(positions * rope["factor"])
+    return positions
+
+
 def needed_files(files: dict[str, int], *, mistral_format: bool = False) -> list[str]:
     """The files vLLM needs: one copy of the weights (HF shards, or Mistral's consolidated
     file when served in Mistral format), config, tokenizer and chat template; never .bin,
@@ -108,7 +143,10 @@ def needed_files(files: dict[str, int], *, mistral_format: bool = False) -> list
         weights = [n for n in names if n.endswith(".safetensors") and "/" not in n and not n.startswith("consolidated")]
         support = [n for n in names if "/" not in n and any(fnmatch.fnmatch(n, p) for p in SUPPORT_FILES)]
     if not weights:
-        raise ModelError("the checkpoint has no .safetensors weights podkit can serve (only safetensors are supported)")
+        raise ModelError(
+            "the checkpoint has no .safetensors weights podkit can serve (only safetensors are supported); "
+            "point vllm_model at a checkpoint with .safetensors weights"
+        )
     return sorted(set(weights + support))
 
 
@@ -249,6 +287,14 @@ def find_fp8_alternative(checkpoint: Checkpoint, *, api=None) -> Checkpoint | No
             found = from_hub(candidate, api=api)
         except ModelError:
             continue
-        if found.is_fp8:
+        if found.is_fp8 and _servable(found):
             return found
     return None
+
+
+def _servable(checkpoint: Checkpoint) -> bool:
+    """Whether the checkpoint has weights podkit can serve (a sibling without them is passed over)."""
+    try:
+        return bool(checkpoint.download)
+    except ModelError:
+        return False

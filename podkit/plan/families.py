@@ -4,7 +4,8 @@ One dict literal, in the style of vLLM's own tool-parser registry. A family is
 recognised from ``config.json`` (``model_type``, ``architectures``) and the
 repo name; the first matching entry wins, so the more specific come first.
 Every parser name is checked by the tests against the registries of the vLLM
-versions podkit pins (tests/fixtures/vllm_<version>_parsers.json).
+versions podkit pins (``podkit/plan/parsers.py``, itself compared with the
+registries read from the wheels in tests/fixtures/vllm_<version>_parsers.json).
 
 An unknown family is an error that lists the known ones and says how to set
 the parser by hand (``vllm_tool_call_parser``).
@@ -16,8 +17,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-#: The vLLM versions this table was checked against (GPU pin, CPU pin).
-VLLM_VERSIONS = ("0.33.0", "0.32.0")
+# The vLLM versions this table is checked against (GPU pin, CPU pin).
+from podkit.plan.parsers import VLLM_VERSIONS as VLLM_VERSIONS
 
 
 @dataclass(frozen=True)

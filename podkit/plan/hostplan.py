@@ -6,6 +6,11 @@ it and ``podkit_prefer_fp8`` is set), the context length when
 flags when they are ``auto``; and it lists the problems that must stop the host
 before anything is downloaded or installed, each with its fix. Memory is planned
 with the overheads of the vLLM version the host will run.
+
+What that vLLM would refuse at start is a problem here, before the running server
+is touched: a parser name its registry lacks (``podkit/plan/parsers.py``), a
+context longer than the model's positions. A model that cannot be read or served
+(no safetensors, a config without its sizes) is a problem of its host only.
 """
 
 from __future__ import annotations
@@ -13,13 +18,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from podkit.checks import vllm_flag
 from podkit.host.fetch import FetchSpec
 from podkit.host.preflight import choose_vllm
 from podkit.host.probe import HostState
-from podkit.plan.checkpoints import Checkpoint, ModelError, find_fp8_alternative, from_hub, from_probe
+from podkit.plan.checkpoints import Checkpoint, ModelError, find_fp8_alternative, from_hub, from_probe, max_positions
 from podkit.plan.families import Family, UnknownFamily, family_for
 from podkit.plan.gpus import Hardware, PlanError, gpu_by_name
 from podkit.plan.memory import Plan, make_plan
+from podkit.plan.parsers import parser_problem, plugin_flag
 from podkit.settings import Settings
 
 AUTO = "auto"
@@ -71,6 +78,30 @@ def vllm_version_for(settings: Settings, state: HostState) -> str:
     return package.version
 
 
+def parser_problems(settings: Settings, launch: HostPlan, version: str) -> list[str]:
+    """The parser names vLLM ``version`` lacks, each with the valid ones; none is checked when
+    vllm_extra_args loads a parser plugin of that kind, whose names podkit cannot know."""
+    flags = {vllm_flag(arg) for arg in (*settings.extra_args, *launch.extra_args)}
+    chosen = {"tool_call_parser": launch.tool_call_parser, "reasoning_parser": launch.reasoning_parser}
+    found = (parser_problem(kind, name, version, plugins=plugin_flag(kind) in flags) for kind, name in chosen.items())
+    return [problem for problem in found if problem]
+
+
+def context_problem(settings: Settings, checkpoint: Checkpoint, version: str) -> str | None:
+    """A vllm_max_model_len above the model's positions, which vLLM refuses at start (unless
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN in vllm_extra_env lets it take one)."""
+    positions = max_positions(checkpoint.config)
+    wanted = settings.max_model_len
+    allow_long = settings.extra_env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "").strip().lower() in ("1", "true")
+    if wanted == AUTO or positions is None or wanted <= positions or allow_long:
+        return None
+    return (
+        f"vllm_max_model_len {wanted} exceeds the {positions} positions of {checkpoint.repo} (its "
+        f"config.json), which vLLM {version} refuses at start: lower vllm_max_model_len to at most "
+        f"{positions}, or set it to 'auto'"
+    )
+
+
 def plan_host(
     settings: Settings,
     state: HostState,
@@ -114,6 +145,12 @@ def plan_host(
             result.reasoning_parser = fam.reasoning_parser
         if fam.extra_args and (fam.extra_args_when is None or fam.extra_args_when in checkpoint.files):
             result.extra_args = fam.extra_args
+    # what the vLLM this host runs would refuse at start, before the running server is touched
+    version = vllm_version_for(settings, state)
+    result.problems += parser_problems(settings, result, version)
+    too_long = context_problem(settings, checkpoint, version)
+    if too_long:
+        result.problems.append(too_long)
 
     fp8 = None
     if (
@@ -135,14 +172,23 @@ def plan_host(
             gpu_memory_utilization=settings.gpu_memory_utilization,
             max_model_len=settings.max_model_len,
             kv_cache_dtype=settings.kv_cache_dtype,
-            runtime_fp8="--quantization" in settings.extra_args,
+            runtime_fp8="--quantization" in {vllm_flag(arg) for arg in settings.extra_args},
             disk_free_bytes=None if checkpoint.local else state.free_bytes,
             cached_bytes=state.hub_repos,
             family=family,
-            vllm_version=vllm_version_for(settings, state),
+            vllm_version=version,
         )
     except PlanError as exc:
         result.problems.append(str(exc))
+        return result
+    except ModelError as exc:  # no safetensors: this host stops, the other hosts go on
+        result.problems.append(f"{checkpoint.repo}: {exc}")
+        return result
+    except KeyError as exc:  # a config.json without a size the memory plan reads
+        result.problems.append(
+            f"{checkpoint.repo}: its config.json lacks {exc}, which podkit plans memory from; "
+            "check vllm_model (a transformers checkpoint for vLLM)"
+        )
         return result
     result.plan = plan
     chosen = plan.checkpoint
@@ -153,7 +199,7 @@ def plan_host(
     if settings.max_model_len == AUTO and plan.max_model_len_fit:
         result.max_model_len = plan.max_model_len_fit
     result.tensor_parallel_size = plan.tensor_parallel_size or result.tensor_parallel_size
-    if not plan.fits:
+    if not plan.fits and not (too_long and "positions" in plan.reason):  # the GPU plan says it too
         fixes = "; or ".join(plan.suggestions[:3])
         result.problems.append(f"{plan.reason}" + (f": {fixes}" if fixes else ""))
     return result

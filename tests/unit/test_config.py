@@ -153,3 +153,85 @@ def test_every_cache_is_on_the_volume():
     }
     assert all(value.startswith("/workspace/podkit/") for value in env.values())
     assert paths.directories()[paths.secrets] == "700"
+
+
+def with_a_control_character(value):
+    """The datum with a line break where a string of it can carry one."""
+    if isinstance(value, list):
+        return [*value, "--enforce-eager\n"]
+    if isinstance(value, dict):
+        return {**value, "NAME": "value\ntouch PWNED #"}
+    return f"{value if isinstance(value, str) else 'name'}\ntouch PWNED #"
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda setting: setting.name)
+def test_no_setting_takes_a_line_break(setting):
+    with pytest.raises(SettingsError, match=f"^{setting.name}.* holds a control character .*remove it$"):
+        Settings.from_mapping({**sample_data(), setting.name: with_a_control_character(setting.default)})
+
+
+@pytest.mark.parametrize(
+    "key, value, where",
+    [
+        ("vllm_served_model_name", "coder\ntouch PWNED #", "vllm_served_model_name holds"),
+        ("vllm_served_model_name", "coder\n", "vllm_served_model_name holds"),
+        ("vllm_model", "Qwen/Qwen3-8B\r", "vllm_model holds"),
+        ("podkit_volume", "/workspace\x00", "podkit_volume holds"),
+        ("vllm_extra_args", ["--enforce-eager", "a\tb"], "vllm_extra_args[1] holds"),
+        ("vllm_extra_env", {"NAME\n": "x"}, "vllm_extra_env key 'NAME\\n' holds"),
+        ("vllm_extra_env", {"NAME": "x\x1b[2J"}, "vllm_extra_env['NAME'] holds"),
+        ("vllm_generation_config", {"stop": ["end\x7f"]}, "vllm_generation_config['stop'][0] holds"),
+        ("vllm_generation_config", {"k\n": 1}, "vllm_generation_config key 'k\\n' holds"),
+        ("vllm_tool_call_parser", "hermes\n", "vllm_tool_call_parser holds"),
+    ],
+)
+def test_a_control_character_anywhere_in_a_datum_is_refused_in_one_line(key, value, where):
+    with pytest.raises(SettingsError) as error:
+        Settings.from_mapping({**sample_data(), key: value})
+    message = str(error.value)
+    assert message.startswith(where) and "\n" not in message and "remove it" in message
+
+
+def test_environment_variable_names_are_matched_whole():
+    from podkit import checks
+
+    with pytest.raises(SettingsError, match="invalid variable name 'NAME\\\\n'"):
+        checks.env({"NAME\n": "x"}, "vllm_extra_env")  # $ in ^...$ matches before a final newline
+    assert checks.env({"NAME_1": 2}, "vllm_extra_env") == {"NAME_1": "2"}
+
+
+@pytest.mark.parametrize(
+    "args, spelled",
+    [
+        (["--api_key", "K3Y"], "'--api_key'"),
+        (["--api_key=K3Y"], "'--api_key'"),
+        (["--api-key=K3Y"], ""),
+        (["--API-KEY", "K3Y"], None),
+        (["--api-k", "K3Y"], "'--api-k'"),
+        (["--api_ke=K3Y"], "'--api_ke'"),
+        (["--api", "K3Y"], "'--api'"),
+        (["--api-key.value", "K3Y"], "'--api-key.value'"),
+    ],
+)
+def test_api_key_is_refused_however_vllm_would_read_it(args, spelled):
+    data = {**sample_data(), "vllm_extra_args": ["--enforce-eager", *args]}
+    if spelled is None:  # argparse is case-sensitive: vLLM refuses it as an unknown flag
+        assert Settings.from_mapping(data).extra_args[1:] == tuple(args)
+        return
+    with pytest.raises(SettingsError) as error:
+        Settings.from_mapping(data)
+    message = str(error.value)
+    assert message.startswith("vllm_extra_args must not carry --api-key")
+    assert (f"(vLLM reads {spelled} as it)" in message) if spelled else ": a key on argv" in message
+    assert "K3Y" not in message  # the refusal never repeats the key
+
+
+@pytest.mark.parametrize("args", [["--api-server-count", "2"], ["--apikey"], ["--served-model-name", "api"], ["-a"]])
+def test_flags_that_are_not_the_api_key_pass(args):
+    assert Settings.from_mapping({**sample_data(), "vllm_extra_args": args}).extra_args == tuple(args)
+
+
+@pytest.mark.parametrize("value", [3, ["hermes"], "hermes; rm", "her mes"])
+def test_a_parser_is_a_name(value):
+    with pytest.raises(SettingsError, match="vllm_tool_call_parser must be a parser name"):
+        Settings.from_mapping({**sample_data(), "vllm_tool_call_parser": value})

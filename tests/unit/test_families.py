@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from podkit.plan.families import FAMILIES, VLLM_VERSIONS, UnknownFamily, family_for
+from podkit.plan.parsers import REASONING_PARSERS, TOOL_CALL_PARSERS
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -17,6 +18,18 @@ def test_every_parser_exists_in_the_pinned_vllm(version):
         assert family.tool_call_parser in registry["tool_call_parsers"], (version, name)
         if family.reasoning_parser:
             assert family.reasoning_parser in registry["reasoning_parsers"], (version, name)
+
+
+@pytest.mark.parametrize("version", VLLM_VERSIONS)
+def test_the_preflight_parser_tables_are_the_registries_of_the_pinned_wheels(version):
+    registry = json.loads((FIXTURES / f"vllm_{version}_parsers.json").read_text())
+    assert TOOL_CALL_PARSERS[version] == set(registry["tool_call_parsers"])
+    assert REASONING_PARSERS[version] == set(registry["reasoning_parsers"])
+
+
+def test_every_registry_read_from_a_wheel_has_a_table():
+    read = {path.name.split("_")[1] for path in FIXTURES.glob("vllm_*_parsers.json")}
+    assert read == set(VLLM_VERSIONS) == set(REASONING_PARSERS)
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,8 @@
 import dataclasses
 
 from podkit.host.probe import VllmInstall
+from podkit.plan import checkpoints
+from testing.hub_repos import CONFIG, repo_files, write_repo
 from tests.helpers import HUB_TOKEN as TOKEN
 from tests.helpers import gpu_host as host
 from tests.helpers import host_plan as plan
@@ -74,3 +76,88 @@ def test_the_plan_is_for_the_vllm_the_host_will_run(hub):
     )
     assert plan(hub, "acme/Coder-7B", stale).plan.vllm_version == "0.33.0"
     assert plan(hub, "acme/Coder-7B", host(gpus=0)).plan.vllm_version == "0.32.0"  # the CPU build's pin
+
+
+def test_unknown_tool_parser_stops_the_host_with_the_valid_names_closest_first(hub):
+    result = plan(hub, "acme/Coder-7B", host(), vllm_tool_call_parser="hermez")
+    assert len(result.problems) == 1
+    problem = result.problems[0]
+    assert problem.startswith("vllm_tool_call_parser 'hermez' is not a tool call parser of vLLM 0.33.0")
+    assert "closest first: hermes, " in problem and "qwen3_coder" in problem and "'auto'" in problem
+
+
+def test_parser_names_are_those_of_the_vllm_the_host_runs(hub):
+    # step5 came with vLLM 0.33: the GPU pin has it, the CPU build's 0.32 pin does not
+    assert plan(hub, "acme/Coder-7B", host(), vllm_tool_call_parser="step5").problems == []
+    cpu = plan(hub, "acme/Coder-7B", host(gpus=0), vllm_tool_call_parser="step5")
+    assert cpu.problems[0].startswith("vllm_tool_call_parser 'step5' is not a tool call parser of vLLM 0.32.0")
+    reasoning = plan(hub, "acme/Coder-7B", host(gpus=0), vllm_reasoning_parser="qwen")
+    assert reasoning.problems[0].startswith("vllm_reasoning_parser 'qwen' is not a reasoning parser of vLLM 0.32.0")
+    assert "closest first: qwen3, " in reasoning.problems[0]
+    # a version podkit has no table for is left to vLLM; a parser plugin brings names of its own
+    assert (
+        plan(hub, "acme/Coder-7B", host(), podkit_vllm_package="vllm==0.10.0", vllm_tool_call_parser="x").problems == []
+    )
+    plugin = ["--tool_parser_plugin=/w/my_parser.py"]
+    assert plan(hub, "acme/Coder-7B", host(), vllm_tool_call_parser="mine", vllm_extra_args=plugin).problems == []
+
+
+def test_a_context_above_the_model_positions_stops_the_host_on_any_host(hub):
+    expected = (
+        "vllm_max_model_len 65536 exceeds the 40960 positions of acme/Coder-7B (its config.json), which vLLM "
+        "{} refuses at start: lower vllm_max_model_len to at most 40960, or set it to 'auto'"
+    )
+    # a CPU host has no memory plan to notice it
+    assert plan(hub, "acme/Coder-7B", host(gpus=0), vllm_max_model_len=65536).problems == [expected.format("0.32.0")]
+    # a GPU host's memory plan notices it too: said once
+    assert plan(hub, "acme/Coder-7B", host(), vllm_max_model_len=65536).problems == [expected.format("0.33.0")]
+    allowed = plan(
+        hub,
+        "acme/Coder-7B",
+        host(gpus=0),
+        vllm_max_model_len=65536,
+        vllm_extra_env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"},
+    )
+    assert allowed.problems == []
+    assert plan(hub, "acme/Coder-7B", host(gpus=0), vllm_max_model_len=40960).problems == []
+
+
+def test_model_positions_as_vllm_derives_them():
+    max_positions = checkpoints.max_positions
+    assert max_positions({"max_position_embeddings": 40960}) == 40960
+    assert max_positions({"max_position_embeddings": 40960, "seq_length": 8192}) == 8192  # the smallest
+    assert max_positions({"text_config": {"max_position_embeddings": 131072}}) == 131072
+    yarn = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    assert max_positions({"max_position_embeddings": 32768, "rope_scaling": yarn}) == 131072
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}
+    assert max_positions({"max_position_embeddings": 131072, "rope_scaling": llama3}) == 131072
+    assert max_positions({"hidden_size": 16}) is None  # vLLM then takes what it is given
+
+
+def test_a_model_without_safetensors_stops_its_host_only(hub):
+    files = {k: v for k, v in repo_files().items() if k != "model.safetensors"}
+    write_repo(hub.root, "acme/Pickled-7B", {**files, "pytorch_model.bin": b"\0" * 64})
+    bad = plan(hub, "acme/Pickled-7B", host())
+    assert bad.problems == [
+        "acme/Pickled-7B: the checkpoint has no .safetensors weights podkit can serve (only safetensors are "
+        "supported); point vllm_model at a checkpoint with .safetensors weights"
+    ]
+    assert bad.fetch is None
+    assert plan(hub, "acme/Coder-7B", host()).problems == []  # the next host of the inventory goes on
+
+
+def test_an_fp8_sibling_without_safetensors_is_passed_over(hub):
+    write_repo(hub.root, "acme/Base-7B", repo_files())
+    sibling = {k: v for k, v in repo_files(fp8=True).items() if k != "model.safetensors"}
+    write_repo(hub.root, "acme/Base-7B-FP8", {**sibling, "pytorch_model.bin": b"\0" * 64})
+    result = plan(hub, "acme/Base-7B", host())
+    assert result.problems == [] and result.fetch.repo == "acme/Base-7B"
+
+
+def test_a_config_without_the_sizes_the_memory_plan_reads_stops_its_host_only(hub):
+    config = {k: v for k, v in CONFIG.items() if k != "num_hidden_layers"}
+    write_repo(hub.root, "acme/Headless-7B", repo_files(config=config))
+    assert plan(hub, "acme/Headless-7B", host()).problems == [
+        "acme/Headless-7B: its config.json lacks 'num_hidden_layers', which podkit plans memory from; "
+        "check vllm_model (a transformers checkpoint for vLLM)"
+    ]
