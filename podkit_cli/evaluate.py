@@ -101,7 +101,8 @@ def eval_run(inventory, host_names, profile_names, task_names, runs, max_tokens,
     differences under 10% of the possible score reported as noise. The
     record (model, revision, vLLM version, launch flags, every raw output)
     is saved as runs/eval/<UTC time>-<host>.json. Model-written code runs
-    here in a temporary folder with a time limit.
+    here in a bubblewrap cage (its own workspace, no network, no environment,
+    home or project files) with a time limit; without bwrap it is not run.
 
     \b
     Exit codes: 0 every host evaluated, 1 a host failed, 2 bad input,

@@ -8,12 +8,14 @@ cd "$(dirname "$0")/.."
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 # openssh-server: the sandbox pod's sshd; iproute2: the migration test's network
-# namespaces (ip netns); sudo: the bare-metal test's non-root user.
+# namespaces (ip netns); sudo: the bare-metal test's non-root user; bubblewrap:
+# eval's cage for model-written code (bwrap).
 if { ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; } || [ ! -x /usr/bin/sudo ] \
-    || { ! command -v ip >/dev/null 2>&1 && [ ! -x /usr/sbin/ip ] && [ ! -x /sbin/ip ]; }; then
-    echo "setup: installing openssh-server, iproute2 and sudo" >&2
+    || { ! command -v ip >/dev/null 2>&1 && [ ! -x /usr/sbin/ip ] && [ ! -x /sbin/ip ]; } \
+    || ! command -v bwrap >/dev/null 2>&1; then
+    echo "setup: installing openssh-server, iproute2, sudo and bubblewrap" >&2
     as_root apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq openssh-server iproute2 sudo >/dev/null
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq openssh-server iproute2 sudo bubblewrap >/dev/null
 fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -412,6 +412,18 @@ def test_the_summary_and_table_leave_out_raw_outputs():
     assert "coding   total" in text and "score 10.00 of 10" in text and "record: runs/eval/x.json" in text
 
 
+def test_without_a_cage_the_code_tasks_are_recorded_as_not_scored(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bwrap-here"))
+    record, messages = battery(GOOD, "tools_good.json", runs=1)
+    coding = record["results"]["coding"]
+    assert coding["explain"]["runs"][0]["correctness"] == 2 and "scored" not in coding["explain"]["runs"][0]
+    for name in ("bugfix", "feature", "refactor", "tools"):
+        run = coding[name]["runs"][0]
+        assert run["scored"] is False and run["correctness"] == 0, name
+        assert run["detail"].startswith("not scored: eval needs bubblewrap") and "\n" not in run["detail"]
+    assert any("not scored: " in message for message in messages)
+
+
 def test_load_record_refuses_other_json(tmp_path):
     other = tmp_path / "bench.json"
     other.write_text('{"ttft": []}')
@@ -448,3 +460,12 @@ def test_eval_inventory_falls_through_to_eval_run(tmp_path):
     assert helped.exit_code == 0 and "compare" in helped.output and "run" in helped.output
     bad = runner.invoke(cli, ["eval", missing, "--profile", "fast"])
     assert bad.exit_code == 2 and "the profiles are coding, chat" in bad.output
+
+
+def test_an_answer_with_a_nul_byte_is_not_python_and_scores_zero():
+    """A tiny random model wrote a NUL into a code block; Debian's Python 3.11.2 raises ValueError
+    from ast.parse there (later versions a SyntaxError). Either way: no Python, correctness 0."""
+    from podkit.client.eval.answers import extract_code
+
+    found = extract_code("```python\ndef parse_duration(text):\n    return 1\x00\n```", "", ["parse_duration"], "d.py")
+    assert found.code is None and "not valid Python" in found.how

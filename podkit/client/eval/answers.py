@@ -151,6 +151,9 @@ def extract_code(answer: str, original: str, defines: list[str], target: str) ->
         except SyntaxError as exc:
             why = f"a code block that is not valid Python (line {exc.lineno}: {exc.msg})"
             continue
+        except ValueError as exc:  # a NUL byte: Python 3.11 before 3.11.4 raises ValueError, not SyntaxError
+            why = f"a code block that is not valid Python ({exc})"
+            continue
         names = _top_level(tree)
         if not all(name in names for name in defines):
             why = f"no code block defines {', '.join(defines)}"

@@ -24,8 +24,10 @@ answer >= 0.8), 1 when only one of the two holds, else 0. Totals are per
 profile; two totals that differ by less than 10% of the possible score are
 reported as noise (:mod:`.scoring`).
 
-Model-written code runs on the controller, with its Python, in a temporary
-copy of the workspace, under a time limit: it is not sandboxed further.
+Model-written code runs in a temporary copy of the workspace, under a time
+limit, in bubblewrap's cage (:mod:`.cage`). Without a cage that starts, a host
+whose battery runs model code is refused before its first request, and a run
+that meets a cage gone missing is recorded as not scored (``"scored": false``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from podkit.client.api import VllmApi
+from podkit.client.eval import cage
 from podkit.client.eval.answers import answer_text
 from podkit.client.eval.catalog import Task, load_tasks, task_messages
 from podkit.client.eval.endpoint import Endpoint, Unreachable
@@ -76,6 +79,8 @@ RUNNERS: dict[str, Runner] = {
     "refactor": one_answer(score_code),
     "tools": run_tool_task,
 }
+#: The kinds whose runs execute model-written code (in the cage).
+RUNS_MODEL_CODE = frozenset({"patch", "feature", "refactor", "tools"})
 
 
 def run_once(endpoint: Endpoint, task: Task, params: dict[str, Any]) -> dict[str, Any]:
@@ -84,7 +89,10 @@ def run_once(endpoint: Endpoint, task: Task, params: dict[str, Any]) -> dict[str
     if runner is None:
         raise ValueError(f"eval task {task.name!r} has kind {task.kind!r}; the kinds are {', '.join(RUNNERS)}")
     started = time.monotonic()
-    correctness, info = runner(endpoint, task, params)
+    try:
+        correctness, info = runner(endpoint, task, params)
+    except cage.CageUnavailable as exc:  # never run uncaged: the run says it could not be scored
+        correctness, info = 0, {"scored": False, "detail": f"not scored: {exc}", "extracted": ""}
     return {"correctness": correctness, **info, "seconds": round(time.monotonic() - started, 2)}
 
 
@@ -159,11 +167,14 @@ def run_host(
 ) -> dict[str, Any]:
     """The battery against one host (a CLI target: .name .settings .run .url .key .model), recorded in
     ``out_dir/<UTC timestamp>-<host>.json``. Returns a summary with the record's path, or with
-    ``error`` (and no record) when the endpoint cannot be reached."""
+    ``error`` (and no record) when the endpoint cannot be reached or model code cannot be caged."""
     from podkit.client.serverinfo import describe
 
     started = utc_now()
     tasks = tasks if tasks is not None else load_tasks()
+    refused = cage.problem() if any(t.kind in RUNS_MODEL_CODE for t in tasks) else None
+    if refused:
+        return {"host": target.name, "endpoint": target.url, "error": refused, "outcome": "cage"}
     info = describe(target.name, target.settings, target.run)
     generation_config, origin = generation_config_of(info)
     profiles = resolve_profiles(profile_names, generation_config, origin)
@@ -188,7 +199,10 @@ def run_host(
         {"runs": runs, "max_tokens": max_tokens, "timeout": timeout, "model": target.model},
     )
     path = write_record(record, out_dir, started)
-    return {**summary(record), "record": str(path)}
+    done = {**summary(record), "record": str(path)}
+    every_run = [run for by_task in results.values() for result in by_task.values() for run in result["runs"]]
+    unscored = [run["detail"] for run in every_run if run.get("scored") is False]
+    return {**done, "error": unscored[0], "outcome": "cage"} if unscored else done
 
 
 def build_record(

@@ -1,8 +1,9 @@
 """Scoring: one answer's correctness (a keyword rubric, or the task's tests on the model's code),
 the stability of a task's runs, and the rule that calls a difference noise.
 
-Model-written code runs on the controller, with its Python, in a temporary
-copy of the workspace, under a time limit: it is not sandboxed further.
+Model-written code runs in a temporary copy of the workspace, under a time
+limit, in the cage (:mod:`.cage`): no network, no controller environment,
+secrets, home or files outside that copy.
 """
 
 from __future__ import annotations
@@ -10,15 +11,14 @@ from __future__ import annotations
 import ast
 import difflib
 import itertools
-import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from podkit.client.eval import cage
 from podkit.client.eval.answers import answer_text, extract_code
 from podkit.client.eval.catalog import Task
 
@@ -71,18 +71,12 @@ def longest_function(code: str) -> int:
 
 
 def run_tests(folder: Path, timeout: float = TEST_TIMEOUT) -> dict[str, Any]:
-    """The folder's unittest tests, run with the controller's Python in a subprocess."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(folder)}
+    """The folder's unittest tests, run with this Python in the cage; CageUnavailable, with nothing
+    run, when the cage cannot start."""
+    command = [cage.python(), "-I", "-m", "unittest", "discover", "-s", ".", "-t", ".", "-p", "test_*.py"]
     started = time.monotonic()
     try:
-        proc = subprocess.run(
-            [sys.executable, "-I", "-m", "unittest", "discover", "-s", ".", "-t", ".", "-p", "test_*.py"],
-            cwd=folder,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        proc = cage.run(folder, command, timeout)
         output, ok = proc.stdout + proc.stderr, proc.returncode == 0
     except subprocess.TimeoutExpired:
         output, ok = f"the tests did not finish in {timeout:.0f} s", False

@@ -37,6 +37,18 @@ TOOLS = [
 ]
 
 
+def workspace_file(work: Path, path: str) -> Path | None:
+    """The file of the workspace ``path`` names (relative, or absolute inside it, links followed),
+    or None when it leads anywhere else (``..``, another absolute path, a link out, a folder) or the
+    system refuses the name (a NUL byte, too long)."""
+    root = work.resolve()
+    try:
+        target = (root / path).resolve()
+        return target if target.parent == root and not target.is_dir() else None
+    except (OSError, ValueError):
+        return None
+
+
 def execute_tool(work: Path, name: str, arguments: str, protected: list[str]) -> str:
     """Run one tool call against the workspace; the answer the model sees (errors included)."""
     try:
@@ -44,18 +56,21 @@ def execute_tool(work: Path, name: str, arguments: str, protected: list[str]) ->
         path = str(args["path"])
     except (ValueError, KeyError, TypeError) as exc:
         return f"error: arguments must be a JSON object with a 'path' ({type(exc).__name__}: {exc})"
-    target = (work / path).resolve()
-    if target.parent != work.resolve():
+    target = workspace_file(work, path)
+    if target is None:
         return f"error: {path!r} is not a file of the workspace ({', '.join(sorted(p.name for p in work.iterdir()))})"
-    if name == "read_file":
-        return target.read_text() if target.is_file() else f"error: no file {path!r}"
-    if name == "write_file":
-        if target.name in protected:
-            return f"error: {path!r} holds the tests, which must not change"
-        if not isinstance(args.get("content"), str):
-            return "error: write_file needs a 'content' string"
-        target.write_text(args["content"])
-        return f"wrote {len(args['content'])} characters to {target.name}"
+    try:
+        if name == "read_file":
+            return target.read_text(errors="replace") if target.is_file() else f"error: no file {path!r}"
+        if name == "write_file":
+            if target.name in protected:
+                return f"error: {path!r} holds the tests, which must not change"
+            if not isinstance(args.get("content"), str):
+                return "error: write_file needs a 'content' string"
+            target.write_text(args["content"])
+            return f"wrote {len(args['content'])} characters to {target.name}"
+    except (OSError, UnicodeError) as exc:
+        return f"error: {path!r}: {type(exc).__name__}: {exc.strerror if isinstance(exc, OSError) else exc}"
     return f"error: no tool named {name!r}; the tools are read_file and write_file"
 
 
