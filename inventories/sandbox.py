@@ -4,9 +4,18 @@
     pyinfra -y inventories/sandbox.py deploy.py
 
 Its CPU settings are in group_data/sandbox.py; its ports and paths come from
-the sandbox's state folder (.sandbox/, or $PODKIT_SANDBOX_DIR).
+the sandbox's state folder (.sandbox/, or $PODKIT_SANDBOX_DIR). When the
+sandbox is down, loading this inventory stops with one line saying to run
+``podkit sandbox up`` (as inventories/runpod.py does for its own refusals).
 """
 
-from podkit.sandbox.box import Sandbox
+import sys
 
-sandbox = [("sandbox", Sandbox().host_data())]
+from podkit.sandbox.box import Sandbox, SandboxError
+
+try:
+    _data = Sandbox().host_data()
+except SandboxError as exc:
+    sys.exit(f"inventories/sandbox.py: {exc}")
+
+sandbox = [("sandbox", _data)]

@@ -37,23 +37,46 @@ def file_content(key: str) -> str:
     return key + "\n"
 
 
+def _flaw(key: str) -> str:
+    """What is wrong with ``key``, without showing it."""
+    if not 16 <= len(key) <= 256:
+        return f"it has {len(key)}"
+    return "it holds other characters"
+
+
 def _check(key: str, source: str) -> str:
+    """``key`` if it is usable; else what is wrong with the file ``source``, never the key itself."""
     if not _VALID.match(key):
         raise ApiKeyError(
-            f"the API key from {source} must be 16-256 characters of letters, digits or ._~+/=-; "
-            f"fix it or delete the file to have podkit generate one"
+            f"the API key in {source} must be 16-256 characters of letters, digits or ._~+/=- "
+            f"({_flaw(key)}): fix it, or delete the file to have podkit generate one"
+        )
+    return key
+
+
+def _check_supplied(key: str, path: Path) -> str:
+    """``$PODKIT_API_KEY`` if it is usable; else the fix names the variable (the file is not the problem)."""
+    if not _VALID.match(key):
+        raise ApiKeyError(
+            f"${ENV_VAR} must be 16-256 characters of letters, digits or ._~+/=- ({_flaw(key)}): "
+            f"fix the variable, or unset it to use the key in {path} (made for you if it is missing)"
         )
     return key
 
 
 def _read_private(path: Path) -> str | None:
     """The stripped text of a secret file, refused when other users can read it."""
-    if not path.exists():
-        return None
-    mode = path.stat().st_mode & 0o777
-    if mode & 0o077:
-        raise ApiKeyError(f"{path} is readable by other users (mode {mode:o}); run: chmod 600 {path}")
-    return path.read_text().strip()
+    try:
+        if not path.exists():
+            return None
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o077:
+            raise ApiKeyError(f"{path} is readable by other users (mode {mode:o}); run: chmod 600 {path}")
+        return path.read_text().strip()
+    except OSError as exc:  # a folder, another user's file, a broken disk: one line, not a traceback
+        raise ApiKeyError(f"cannot read {path}: {exc.strerror or exc}; make it a file you own, mode 0600") from None
+    except UnicodeDecodeError:
+        raise ApiKeyError(f"{path} is not text; put the key (or token) alone on its first line") from None
 
 
 def read_key(path: str | Path) -> str | None:
@@ -64,21 +87,25 @@ def read_key(path: str | Path) -> str | None:
 def write_key(path: str | Path, key: str) -> None:
     """Write ``key`` atomically with mode 0600 in a 0700 folder."""
     path = Path(path)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(file_content(key))
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(file_content(key))
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ApiKeyError(f"cannot write the API key to {path}: {exc.strerror or exc}") from None
 
 
 def ensure_key(path: str | Path, environ: dict[str, str] | None = None) -> str:
     """The project's key: from ``PODKIT_API_KEY`` if set, else the file, else a new one."""
     environ = os.environ if environ is None else environ
     supplied = environ.get(ENV_VAR, "").strip()
+    if supplied:  # the variable first: when it is wrong, it is what to fix
+        _check_supplied(supplied, Path(path))
     stored = read_key(path)
     if supplied:
-        _check(supplied, f"${ENV_VAR}")
         if supplied != stored:
             write_key(path, supplied)
         return supplied

@@ -106,6 +106,14 @@ def run_on(name: str, data: dict[str, Any], command: str, timeout: float = 120) 
         host.disconnect()
 
 
+def _cause(exc: click.ClickException) -> str:
+    """One line for an error pyinfra's loader raised: the user code's exception when it wraps one."""
+    inner = getattr(exc, "exception", None)
+    if isinstance(inner, Exception):
+        return f"{type(inner).__name__}: {inner}"
+    return str(getattr(exc, "message", "") or type(exc).__name__)
+
+
 def load_hosts(inventory: str, host_names: tuple[str, ...] = ()) -> list[Host]:
     """Each selected host of ``inventory`` with its data exactly as the deploy sees it."""
     if not project_path(inventory).exists():
@@ -117,8 +125,8 @@ def load_hosts(inventory: str, host_names: tuple[str, ...] = ()) -> list[Host]:
                 return make_inventory(str(project_path(inventory)), cwd=str(PROJECT_ROOT))
         except SystemExit as exc:  # a dynamic inventory's own one-line refusal (inventories/runpod.py)
             raise click.ClickException(str(exc.code) if exc.code not in (None, 0) else f"{inventory} exited") from None
-        except click.ClickException:
-            raise
+        except click.ClickException as exc:  # pyinfra's own errors show a traceback: name the cause instead
+            raise click.ClickException(f"cannot load {inventory}: {_cause(exc)}") from None
         except Exception as exc:
             raise click.ClickException(f"cannot load {inventory}: {type(exc).__name__}: {exc}") from None
 
@@ -160,8 +168,8 @@ def load_targets(inventory: str, host_names: tuple[str, ...] = ()) -> list[Targe
     for host in load_hosts(inventory, host_names):
         try:
             key = read_key(project_path(host.settings.api_key_file))
-        except ApiKeyError as exc:
-            raise click.ClickException(str(exc)) from None
+        except ApiKeyError as exc:  # the host it was read for, the file and the fix: one line
+            raise click.ClickException(f"{host.name}: {exc}") from None
         if key is None:
             raise click.ClickException(
                 f"{host.name}: no API key at {host.settings.api_key_file}; apply the deploy first (it creates the key)"

@@ -98,6 +98,9 @@ def plan(
         )
     except PlanError as exc:
         raise click.BadParameter(str(exc)) from None
+    except (ModelError, KeyError) as exc:  # no safetensors, or a config without the sizes the plan reads
+        detail = f"config.json lacks {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise click.BadParameter(detail, param_hint="MODEL") from None
     if as_json:
         click.echo(json.dumps({**result.as_dict(), "family_error": family_error}, indent=2, sort_keys=True))
     else:

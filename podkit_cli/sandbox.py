@@ -50,6 +50,7 @@ def sandbox_down():
 
     result = Sandbox().down()
     click.echo(f"sandbox is down (runner: {result['runner']})", err=True)
+    click.echo("inventories/sandbox.py refuses to load until: podkit sandbox up", err=True)
 
 
 @sandbox.command("status")

@@ -24,14 +24,20 @@ def verify(inventory, host_names, as_json, timeout):
     chunk, clean end), /metrics with vllm:kv_cache_usage_perc, a tool call
     with tool_choice "auto" (a call left as text names the wrong parser and
     the right one), and a named tool call whose arguments must match a strict
-    schema. Meanwhile one command over SSH checks that the API key is in no
-    process's argv, the server log (and its rotated copies) or the scripts on
-    the host. The key is read from the same file the deploy used.
+    schema. Meanwhile one command over SSH reads who listens on the served
+    port and checks that the API key is in no process's argv, the server log
+    (and its rotated copies) or the scripts on the host. The key is read from
+    the same file the deploy used, and sent only once that command says the
+    server podkit started holds the port: never to another process there,
+    nor when the host cannot be read over SSH.
 
     \b
-    Exit codes: 0 all pass, 1 other failure, 2 bad input,
+    Exit codes: 0 all pass, 1 other failure,
+    2 bad input (a missing inventory file or host),
     3 unreachable (the endpoint, or the host over SSH), 4 auth,
-    5 tool calling, 6 secret exposed (the key leaked on the host).
+    5 tool calling, 6 secret exposed (the key leaked on the host),
+    7 port taken (a process podkit did not start holds the port;
+    the key was not sent).
 
     \b
     podkit verify inventories/sandbox.py

@@ -3,7 +3,8 @@ explains the others.
 
 Codes (:class:`Outcome`, after httpie's): 0 all pass, 1 other failure, 2 bad input (click),
 3 unreachable (the endpoint, or the host over SSH), 4 auth, 5 tool calling,
-6 secret exposed (the key is in a process's argv, a log or a script on the host).
+6 secret exposed (the key is in a process's argv, a log or a script on the host),
+7 port taken (a process podkit did not start holds the served port; the key was not sent to it).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class Outcome(enum.IntEnum):
     AUTH = 4
     TOOL_CALLING = 5
     SECRET_EXPOSED = 6  # the API key is in a process's argv, the server log or a script on the host
+    PORT_TAKEN = 7  # a process podkit did not start holds the served port: the key is not sent to it
 
 
 def worst(outcomes: Iterable[Outcome]) -> Outcome:
@@ -34,7 +36,15 @@ def severity(outcome: Outcome) -> int:
     """The first cause wins: unreachable explains auth failures, auth explains tool failures.
 
     An exposed key comes before all of them: it needs action (rotate the key)
-    whatever else fails, and nothing else explains it.
+    whatever else fails, and nothing else explains it. A stranger on the served
+    port comes next: it explains why the endpoint answers oddly or not at all.
     """
-    order = [Outcome.SECRET_EXPOSED, Outcome.UNREACHABLE, Outcome.AUTH, Outcome.TOOL_CALLING, Outcome.ERROR]
+    order = [
+        Outcome.SECRET_EXPOSED,
+        Outcome.PORT_TAKEN,
+        Outcome.UNREACHABLE,
+        Outcome.AUTH,
+        Outcome.TOOL_CALLING,
+        Outcome.ERROR,
+    ]
     return order.index(outcome)

@@ -6,7 +6,9 @@ results can be compared later. They come from one remote command
 (``podctl describe``): the running server's own argv (the API key is never on
 it: it travels in ``VLLM_API_KEY``), the venv's vLLM metadata and the
 checkpoint record written by the fetch. The same command reports where the
-API key shows outside its file (``leaks``), for verify's key checks.
+API key shows outside its file (``leaks``), for verify's key checks, and who
+listens on the served port (``listener``), so a client sends the key only to
+the server podkit started there (:func:`key_refusal`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ class ServerInfo:
     #: the served folder's generation_config.json: {"path", "config"} or {"path", "error"};
     #: None when the server does not serve a folder on the host
     generation_config: dict[str, Any] | None = None
+    #: who listens on the served port (podctl's ``listener``): port, held, podkit (the server the
+    #: runner or unit started holds it), pid, program, user; None when the host was not read
+    listener: dict[str, Any] | None = None
+    #: vLLM engines of this volume that outlived their server (podctl's ``orphans``): pid, title,
+    #: rss_bytes, gpu_mib; they hold memory the next server needs
+    orphans: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -93,6 +101,8 @@ def parse_describe(host: str, settings: Settings, output: str) -> ServerInfo:
         running=bool(data.get("running")),
         leaks=data.get("leaks"),
         generation_config=data.get("generation_config"),
+        listener=data.get("listener"),
+        orphans=data.get("orphans") or [],
     )
     if not info.running:
         info.error = "no vLLM server runs under podkit's runner on this host"
@@ -109,3 +119,29 @@ def describe(host: str, settings: Settings, run: Run, leaks: bool = False) -> Se
     if result.status != 0:
         return ServerInfo(host, error=result.stderr.strip()[-300:] or f"exit status {result.status}")
     return parse_describe(host, settings, result.stdout)
+
+
+def key_refusal(info: ServerInfo) -> str | None:
+    """Why the API key must not be sent to the served port, or None when podkit's server holds it.
+
+    Only the server podkit's runner (or unit) started may receive the key: a process that took
+    the port meanwhile would be handed it, and would answer as if the server ran without auth.
+    """
+    where = info.listener
+    if where is None:
+        return f"cannot read {info.host} to see who holds the port ({info.error or 'no answer'}); the key was not sent"
+    if where.get("podkit"):
+        return None
+    port = where.get("port")
+    if where.get("error"):
+        return f"{where['error']} on {info.host}; the key was not sent"
+    if not where.get("held"):
+        return (
+            f"nothing listens on port {port} on {info.host}, so podkit's server is not serving: re-apply the "
+            "deploy (the server log says why it stopped); the key was not sent"
+        )
+    if where.get("pid"):
+        who = f"pid {where['pid']} ({where.get('program') or '?'})"
+    else:
+        who = f"a process of user {where.get('user') or '?'} that the SSH user cannot see"
+    return f"port {port} on {info.host} is held by {who}, not by podkit's server: stop it or change vllm_port; the key was not sent"

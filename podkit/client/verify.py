@@ -5,16 +5,19 @@ Each check returns a :class:`Check` (pass/fail, a reason that names the fix,
 and its time). Nothing here changes the server. The checks speak HTTP to the
 endpoint the way a client does, through :class:`podkit.client.api.VllmApi`:
 plain requests for /health and the 401 check, the ``openai`` client for
-completions and tool calls. The host checks read
-one ``podctl describe`` over SSH (:func:`podkit.client.serverinfo.describe`), run
-beside the HTTP checks: the running server's flags (to name a wrong tool
-parser) and where the key shows outside its file (process argv, the server
-log and its rotated copies, the managed scripts), reported as pids, programs,
-files and line numbers, never the key.
+completions and tool calls. The host is read with one ``podctl describe`` over
+SSH (:func:`podkit.client.serverinfo.describe`), beside the checks that carry
+no key: who listens on the served port, the running server's flags (to name a
+wrong tool parser) and where the key shows outside its file (process argv, the
+server log and its rotated copies, the managed scripts), reported as pids,
+programs, files and line numbers, never the key. The first check that carries
+the key waits for that read: the key goes only to the server podkit started on
+the port, never to a process that took the port, nor when the host cannot be read.
 
 Exit codes (:class:`podkit.client.outcome.Outcome`, imported here too): 0 all pass, 1 other failure, 2 bad input (click),
 3 unreachable (the endpoint, or the host over SSH), 4 auth, 5 tool calling,
-6 secret exposed (the key is in a process's argv, a log or a script on the host).
+6 secret exposed (the key is in a process's argv, a log or a script on the host),
+7 port taken (a process podkit did not start holds the served port; the key was not sent).
 """
 
 from __future__ import annotations
@@ -32,8 +35,21 @@ import openai
 
 from podkit.client.api import VllmApi
 from podkit.client.outcome import Outcome, worst
-from podkit.client.serverinfo import ServerInfo
-from podkit.plan.families import UnknownFamily, family_for
+from podkit.client.serverinfo import ServerInfo, key_refusal
+from podkit.client.toolcalls import WEATHER_TOOL, schema_errors, silent_failure, wrong_parser
+from podkit.host.probe import orphan_line
+
+__all__ = [  # the tool-call helpers are re-exported: verify is where callers look for them
+    "WEATHER_TOOL",
+    "Check",
+    "Report",
+    "Verifier",
+    "key_checks",
+    "schema_errors",
+    "silent_failure",
+    "worst",
+    "wrong_parser",
+]
 
 
 @dataclass
@@ -76,119 +92,6 @@ class Report:
             "seconds": self.seconds,
             "checks": [check.as_dict() for check in self.checks],
         }
-
-
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather in a city.",
-        "strict": True,
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "enum": ["Paris", "Berlin", "Tokyo"]},
-                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-            },
-            "required": ["city", "unit"],
-            "additionalProperties": False,
-        },
-    },
-}
-
-
-def schema_errors(value: Any, schema: dict[str, Any], where: str = "arguments") -> list[str]:
-    """The ways ``value`` breaks ``schema`` (the JSON-schema subset tool definitions use)."""
-    errors: list[str] = []
-    kind = schema.get("type")
-    types = {"object": dict, "string": str, "array": list, "boolean": bool, "integer": int, "number": (int, float)}
-    if kind in types and (
-        not isinstance(value, types[kind]) or (kind in ("integer", "number") and isinstance(value, bool))
-    ):
-        return [f"{where} should be {kind}, got {type(value).__name__}"]
-    if "enum" in schema and value not in schema["enum"]:
-        errors.append(f"{where}={value!r} is not one of {schema['enum']}")
-    if kind == "object":
-        props = schema.get("properties", {})
-        for name in schema.get("required", []):
-            if name not in value:
-                errors.append(f"{where} lacks required {name!r}")
-        for name, item in value.items():
-            if name in props:
-                errors += schema_errors(item, props[name], f"{where}.{name}")
-            elif schema.get("additionalProperties") is False:
-                errors.append(f"{where} has unexpected {name!r}")
-    if kind == "array" and "items" in schema:
-        for index, item in enumerate(value):
-            errors += schema_errors(item, schema["items"], f"{where}[{index}]")
-    return errors
-
-
-#: Tool-call markup a model writes -> the parser that reads it (the first match wins).
-MARKUPS = (
-    ("<function=", "qwen3_coder"),
-    ("<tool_call>", "hermes"),
-    ("[TOOL_CALLS]", "mistral"),
-    ("<|python_tag|>", "llama3_json"),
-)
-
-
-def silent_failure(
-    content: str | None, finish_reason: str | None, tokens: int | None, reasoning: bool = False
-) -> str | None:
-    """Why an HTTP 200 answer to ``tool_choice="auto"`` without ``tool_calls`` hides a
-    failed call, or None when plain text is a fair answer."""
-    text = content or ""
-    if any(markup in text for markup, _ in MARKUPS) or '"arguments"' in text:
-        return (
-            f"the model wrote a tool call as plain text (HTTP 200, finish_reason {finish_reason}, "
-            f"content {text[:80]!r})"
-        )
-    if not text and not reasoning and finish_reason == "stop" and (tokens or 0) > 1:
-        return (
-            f"the model answered {tokens} tokens but the reply holds neither text nor a tool call "
-            "(HTTP 200, finish_reason stop), so the tool parser swallowed the call"
-        )
-    return None
-
-
-def expected_parser(info: ServerInfo | None, content: str = "") -> tuple[str, str] | None:
-    """(who needs it, parser): the served model's family in podkit's registry, else the markup it wrote."""
-    if info is not None and (info.model_type or info.text_model_type):
-        config = {"model_type": info.model_type or "", "text_config": {"model_type": info.text_model_type or ""}}
-        try:
-            name, family = family_for(info.model or "", config)
-        except UnknownFamily:
-            pass
-        else:
-            arch = f" ({info.architectures[0]})" if info.architectures else ""
-            return f"{name} models{arch}", family.tool_call_parser
-    for markup, parser in MARKUPS:
-        if markup in content:
-            return f"{markup} calls", parser
-    return None
-
-
-def wrong_parser(info: ServerInfo | None, content: str = "") -> str:
-    """The parser the server runs, the one the model needs, and the fix."""
-    running = info.flag("--tool-call-parser") if info is not None else None
-    expected = expected_parser(info, content)
-    if expected is None:
-        running_text = f"the server runs --tool-call-parser {running}, which" if running else "vllm_tool_call_parser"
-        return f"{running_text} does not match the model; set vllm_tool_call_parser for its family and re-apply"
-    who, parser = expected
-    if running == parser:
-        return (
-            f"the server runs --tool-call-parser {running}, the parser {who} need, yet the call stayed "
-            "text: the model's chat template does not write the markup that parser reads"
-        )
-    if running:
-        return (
-            f"the server runs --tool-call-parser {running} but {who} need {parser}: "
-            f"set vllm_tool_call_parser = '{parser}' (or 'auto') and re-apply"
-        )
-    unknown = f" (the server's flags are unknown: {info.error})" if info is not None and info.error else ""
-    return f"vllm_tool_call_parser does not match the model: {who} need {parser}{unknown}"
 
 
 _KEY_FIX = "rotate it (podkit key rotate) and re-apply"
@@ -253,6 +156,13 @@ def key_checks(info: ServerInfo, seconds: float) -> list[Check]:
     return checks
 
 
+def orphan_check(info: ServerInfo, seconds: float) -> Check:
+    """No vLLM engine of this volume outlived its server (it would hold the memory the server needs)."""
+    if not info.orphans:
+        return Check("no orphaned engine", True, "no vLLM engine outlived its server", seconds)
+    return Check("no orphaned engine", False, "; ".join(map(orphan_line, info.orphans)), seconds, Outcome.ERROR)
+
+
 class Verifier:
     """Runs the checks against ``base_url`` (``http://host:port``) for ``model``."""
 
@@ -264,8 +174,9 @@ class Verifier:
         timeout: float = 60.0,
         server: Callable[[], ServerInfo] | None = None,
     ) -> None:
-        """``server`` reads the host (``podkit.client.serverinfo.describe``) for the key checks and
-        to name a wrong tool parser; without it only the HTTP checks run."""
+        """``server`` reads the host (``podkit.client.serverinfo.describe``): who holds the port (the
+        key is sent only to podkit's server), the key checks and the running parser; without it
+        only the HTTP checks run, and nothing vets the port before the key is sent."""
         self.api = VllmApi(base_url, api_key, model, timeout)
         self.base_url, self.model, self.client = self.api.base_url, model, self.api.openai
         self.server = server
@@ -424,36 +335,72 @@ class Verifier:
         """What ``podctl describe`` said about the host (waits for it), or None without ``server``."""
         return self._host.result()[0] if self._host is not None else None
 
+    def steps(self) -> list[tuple[str, Callable[[], tuple[bool, str, Outcome]], bool]]:
+        """(name, check, whether it sends the key), in the order they run."""
+        return [
+            ("health", self.health, False),
+            ("auth required", self.auth_required, False),
+            ("models", self.models, True),
+            ("chat", self.chat, True),
+            ("stream", self.stream, True),
+            ("metrics", self.metrics, False),
+            ("tool call (auto)", self.tool_auto, True),
+            ("tool call (named, strict)", self.tool_named, True),
+        ]
+
     def run(self) -> Report:
-        """Every check; the host is read over SSH meanwhile, and its key checks come last."""
+        """Every check. The host is read over SSH beside the checks that carry no key; the first
+        check that carries it waits for that read and runs only if podkit's server holds the port
+        (a stranger there ends the report with one line). Without ``server`` nothing is vetted."""
         started, start = datetime.now(UTC), time.monotonic()
+        report = Report(self.base_url, self.model)
         with ThreadPoolExecutor(max_workers=1) as pool:
             self._host = pool.submit(self._read_host) if self.server else None
-            report = self._run_http()
+            send = vetted = self._host is None
+            for name, func, keyed in self.steps():
+                if keyed and not vetted:
+                    vetted, send = True, self._vet(report)
+                    if report.outcome == Outcome.PORT_TAKEN:
+                        break
+                if keyed and not send:
+                    continue
+                check = self._timed(name, func)
+                report.checks.append(check)
+                if check.outcome == Outcome.UNREACHABLE:
+                    break
             if self._host is not None:
-                report.checks += key_checks(*self._host.result())
+                if not vetted:  # the endpoint did not answer: still say who holds the port
+                    self._vet(report)
+                info, seconds = self._host.result()
+                found = key_checks(info, seconds)
+                if info.listener is None:  # describe could not run: nothing vouched for the port
+                    found[0].detail += "; the key was not sent, so the checks that need it did not run"
+                report.checks += found
+                if info.leaks is not None:
+                    report.checks.append(orphan_check(info, seconds))
         report.started = started.isoformat(timespec="milliseconds")
         report.seconds = round(time.monotonic() - start, 3)
         return report
 
-    def _run_http(self) -> Report:
-        report = Report(self.base_url, self.model)
-        steps = [
-            ("health", self.health),
-            ("auth required", self.auth_required),
-            ("models", self.models),
-            ("chat", self.chat),
-            ("stream", self.stream),
-            ("metrics", self.metrics),
-            ("tool call (auto)", self.tool_auto),
-            ("tool call (named, strict)", self.tool_named),
-        ]
-        for name, func in steps:
-            check = self._timed(name, func)
-            report.checks.append(check)
-            if check.outcome == Outcome.UNREACHABLE:
-                break
-        return report
+    def _vet(self, report: Report) -> bool:
+        """Whether the key may go to the port (waits for the host read), with a check saying who
+        holds it; a stranger replaces the checks made so far, which spoke to it, not to podkit."""
+        info, seconds = self._host.result()
+        refusal = key_refusal(info)
+        where = info.listener
+        if where is None:  # the key checks say why the host could not be read
+            return False
+        name = "port held by podkit"
+        if refusal is None:
+            holder = f"pid {where.get('pid')} ({where.get('program') or '?'})"
+            report.checks.append(Check(name, True, f"{holder} on port {where.get('port')}", seconds))
+            return True
+        if where.get("held") and not where.get("error"):
+            report.checks[:] = [Check(name, False, refusal, seconds, Outcome.PORT_TAKEN)]
+        else:
+            outcome = Outcome.ERROR if where.get("error") else Outcome.UNREACHABLE
+            report.checks.append(Check(name, False, refusal, seconds, outcome))
+        return False
 
 
 def _error_text(exc: openai.APIStatusError) -> str:

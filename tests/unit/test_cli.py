@@ -1,6 +1,7 @@
 """The podkit command: installed as a console script, the same as ``python cli.py``, and a
 failure of ``sandbox up`` is one line naming the cause, never a traceback."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -39,3 +40,70 @@ def test_a_missing_inventory_is_bad_input_for_every_host_command(tmp_path):
     for args in (["verify", missing], ["bench", missing], ["cache", "ls", missing], ["eval", missing]):
         result = CliRunner().invoke(cli, args)
         assert result.exit_code == 2 and "no such inventory file" in result.output, (args, result.output)
+
+
+def one_line_error(result) -> str:
+    assert "Traceback" not in result.output, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    return lines[0]
+
+
+def test_a_world_readable_key_file_is_one_line_naming_the_host(tmp_path):
+    key = tmp_path / "api_key"
+    key.write_text("k" * 32 + "\n")
+    key.chmod(0o644)
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(f"hosts = [('box', {{'ssh_hostname': '127.0.0.1', 'podkit_api_key_file': '{key}'}})]\n")
+    for args in (["verify", str(inventory)], ["bench", str(inventory)], ["eval", str(inventory)]):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 1, (args, result.output)
+        assert one_line_error(result) == (
+            f"Error: box: {key} is readable by other users (mode 644); run: chmod 600 {key}"
+        ), args
+
+
+def test_an_inventory_that_raises_is_one_line(tmp_path):
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text("raise RuntimeError('the CMDB is down')\n")
+    result = CliRunner().invoke(cli, ["verify", str(inventory)])
+    assert result.exit_code == 1
+    assert one_line_error(result) == f"Error: cannot load {inventory}: RuntimeError: the CMDB is down"
+
+
+def test_the_sandbox_inventory_after_sandbox_down_says_to_bring_it_up(tmp_path):
+    """pyinfra loads inventories/sandbox.py itself: one line with the fix, for the deploy and the CLI."""
+    env = {**os.environ, "PODKIT_SANDBOX_DIR": str(tmp_path / "sandbox")}
+    expected = f"inventories/sandbox.py: the sandbox in {tmp_path / 'sandbox'} is not up: run podkit sandbox up"
+    pyinfra = str(Path(sys.executable).parent / "pyinfra")
+    deploy = subprocess.run(
+        [pyinfra, "-y", "inventories/sandbox.py", "deploy.py"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    output = deploy.stdout + deploy.stderr
+    assert deploy.returncode == 1 and "Traceback" not in output, output
+    assert [line for line in output.splitlines() if line.strip()][-1] == expected, output
+    result = CliRunner().invoke(
+        cli, ["verify", "inventories/sandbox.py"], env={"PODKIT_SANDBOX_DIR": env["PODKIT_SANDBOX_DIR"]}
+    )
+    assert result.exit_code == 1 and one_line_error(result) == f"Error: {expected}"
+
+
+def test_verify_documents_every_exit_code_in_its_help_and_the_readme():
+    from podkit.client.outcome import Outcome
+
+    help_text = " ".join(CliRunner().invoke(cli, ["verify", "--help"]).output.split())
+    readme = (ROOT / "README.md").read_text()
+    section = " ".join(readme[readme.index("## Proving an endpoint: verify") :].split("\n## ")[0].split())
+    table = next(line for line in readme.splitlines() if line.startswith("| `podkit verify INVENTORY"))
+    for outcome in Outcome:
+        words = f"{int(outcome)} {outcome.name.lower().replace('_', ' ')}"
+        if outcome in (Outcome.OK, Outcome.ERROR):
+            words = f"{int(outcome)} {'all pass' if outcome == Outcome.OK else 'other failure'}"
+        for where, text in (
+            ("verify --help", help_text),
+            ("README's verify section", section),
+            ("README's table", table),
+        ):
+            assert words in text or (outcome == Outcome.OK and "0 pass" in text), (words, where)
+    for text in (help_text, section):
+        assert "2 bad input (a missing inventory file" in text

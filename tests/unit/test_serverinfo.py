@@ -1,6 +1,8 @@
-"""Reading what a host serves from podctl describe's answer."""
+"""Reading what a host serves from podctl describe's answer; who holds the served port (podctl
+run for real against a python http.server); a malformed checkpoint record read as none."""
 
 import json
+import os
 
 import pytest
 
@@ -133,3 +135,123 @@ def test_describe_reads_the_generation_config_and_scans_for_the_key_only_when_as
     finally:
         server.kill()
         server.wait()
+
+
+# ------------------------------------------------- who holds the served port: podctl run for real
+
+
+def podctl_run(action, cfg):
+    """``podctl ACTION`` as a host runs it: the same shell command, python3 from PATH."""
+    import subprocess
+
+    from podkit.host.probe import podctl_command
+
+    out = subprocess.run(["sh", "-c", podctl_command(action, cfg)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def http_server():
+    """``python -m http.server`` on a free loopback port, started by a shell that stays its parent:
+    (the shell, the server, the port)."""
+    import subprocess
+    import sys
+
+    shell = subprocess.Popen(
+        ["sh", "-c", f"{sys.executable} -u -m http.server 0 --bind 127.0.0.1 & echo $!; wait"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    server = int(shell.stdout.readline())
+    line = shell.stdout.readline()  # "Serving HTTP on 127.0.0.1 port N (...) ..."
+    port = int(line.split(" port ")[1].split()[0])
+    yield shell, server, port
+    shell.kill()
+    subprocess.run(["kill", str(server)])
+    shell.wait()
+
+
+def describe_cfg(tmp_path, port, **extra):
+    return {
+        "host": "127.0.0.1",
+        "port": port,
+        "run_dir": str(tmp_path),
+        "venv": str(tmp_path / "venv"),
+        "key_file": str(tmp_path / "key"),
+        "log_file": str(tmp_path / "vllm.log"),
+        "scripts": [],
+        **extra,
+    }
+
+
+def test_podctl_names_a_stranger_on_the_port_and_knows_podkits_server(tmp_path, http_server):
+    from podkit.client.serverinfo import key_refusal
+    from podkit.remote import podctl
+
+    shell, server, port = http_server
+    stranger = podctl_run("describe", describe_cfg(tmp_path, port))["listener"]
+    assert stranger["held"] and not stranger["podkit"], stranger
+    assert stranger["pid"] == server and stranger["program"].startswith("python"), stranger
+    info = parse_describe("pod", SETTINGS, json.dumps({"running": False, "listener": stranger}))
+    assert key_refusal(info) == (
+        f"port {port} on pod is held by pid {server} ({stranger['program']}), not by podkit's server: "
+        "stop it or change vllm_port; the key was not sent"
+    )
+    # the runner's pid file names the server itself, or the shell it runs under: podkit's either way
+    for pid in (server, shell.pid):
+        (tmp_path / "vllm.pid").write_text(f"{pid} {podctl.starttime(pid)}\n")
+        ours = podctl_run("describe", describe_cfg(tmp_path, port))["listener"]
+        assert ours["held"] and ours["podkit"] and ours["pid"] == server, ours
+        assert key_refusal(parse_describe("pod", SETTINGS, json.dumps({"listener": ours}))) is None
+    # a pid file left by a server that is gone (its pid reused) vouches for nothing
+    (tmp_path / "vllm.pid").write_text(f"{server} 1\n")
+    assert not podctl_run("describe", describe_cfg(tmp_path, port))["listener"]["podkit"]
+
+
+def test_podctl_says_when_nothing_listens(tmp_path):
+    from podkit.sandbox.sshd import free_port
+
+    port = free_port()
+    listener = podctl_run("describe", describe_cfg(tmp_path, port))["listener"]
+    assert listener == {"port": port, "held": False, "podkit": False, "pid": None, "program": None, "user": None}
+
+
+# ------------------------------------------------- a malformed checkpoint record is no record
+
+
+@pytest.mark.parametrize(
+    "record, why",
+    [
+        ({"snapshot": None}, "has no snapshot (null)"),
+        ({"snapshot": "relative/path"}, "names a snapshot that is not an absolute path"),
+        ({"files": "config.json"}, "has no list of files"),
+        ({"revision": 7}, "has no revision (7)"),
+        (["not", "an", "object"], "is not a JSON object"),
+    ],
+)
+def test_a_malformed_checkpoint_record_is_ignored_and_said_so(tmp_path, record, why):
+    """A hand-edited or cut-short run/checkpoint.json: the probe treats it as no record (the deploy
+    fetches again, which rewrites it) and says why; describe reports no checkpoint. No traceback."""
+    from podkit.host.probe import parse_probe, probe_config
+    from tests.helpers import settings_for
+
+    chosen = settings_for(tmp_path, vllm_model="acme/Coder-7B")
+    path = chosen.paths.checkpoint_record
+    whole = {
+        "model": "acme/Coder-7B",
+        "repo": "acme/Coder-7B",
+        "revision": "a" * 40,
+        "snapshot": str(tmp_path / "snap"),
+        "files": ["config.json"],
+    }
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w") as handle:
+        json.dump({**whole, **record} if isinstance(record, dict) else record, handle)
+    state = parse_probe(json.dumps(podctl_run("probe", probe_config(chosen))))
+    assert state.checkpoint == {
+        "complete": False,
+        "missing": [],
+        "ignored": f"{path} {why}: ignored, the fetch rewrites it",
+    }
+    cfg = describe_cfg(tmp_path, 1, record=path)
+    assert podctl_run("describe", cfg)["checkpoint"] is None

@@ -1,14 +1,18 @@
 """Verification logic that needs no server: schema checks, how outcomes rank, naming a wrong
 tool parser, the key checks, and podctl's scan for the key on a host (run here on temp files);
-then the plain HTTP checks against a stub server on loopback."""
+then the plain HTTP checks against a stub server on loopback, and that the key goes to the port
+only once the host says podkit's server holds it (a stub stranger, and the CLI over a real sshd)."""
 
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -59,6 +63,11 @@ def test_an_exposed_key_outranks_every_other_cause():
     assert int(Outcome.SECRET_EXPOSED) == 6
 
 
+def test_a_stranger_on_the_port_explains_every_failure_but_an_exposed_key():
+    assert worst([Outcome.UNREACHABLE, Outcome.AUTH, Outcome.PORT_TAKEN]) == Outcome.PORT_TAKEN
+    assert worst([Outcome.PORT_TAKEN, Outcome.SECRET_EXPOSED]) == Outcome.SECRET_EXPOSED
+
+
 def test_the_exit_codes_are_one_enum_shared_by_every_command():
     assert {o.name: int(o) for o in Outcome} == {
         "OK": 0,
@@ -67,6 +76,7 @@ def test_the_exit_codes_are_one_enum_shared_by_every_command():
         "AUTH": 4,
         "TOOL_CALLING": 5,
         "SECRET_EXPOSED": 6,
+        "PORT_TAKEN": 7,
     }
     assert verify.Outcome is Outcome and verify.worst is worst  # the CLI imports them from verify
 
@@ -147,6 +157,9 @@ def served(parser=None, **fields):
 )
 def test_wrong_parser_names_the_running_and_the_needed_parser(info, content, expected):
     assert wrong_parser(info, content) == expected
+
+
+KEY_CHECKS = ["key not in argv", "key not in log", "key not in scripts"]
 
 
 def leaks(**overrides):
@@ -298,12 +311,22 @@ def test_podctl_without_a_key_file_says_so(tmp_path):
 
 
 class StubServer(BaseHTTPRequestHandler):
-    """/health, /metrics (no key) and /v1/models (key "k" lists model "m"), as vLLM answers them."""
+    """/health, /metrics (no key) and /v1/models (key "k" lists model "m"), as vLLM answers them.
+    Every request's path, bearer header and arrival time is kept in ``seen``."""
+
+    seen: list[tuple[str, str | None, float]] = []
 
     def log_message(self, *args):
         pass
 
+    def do_POST(self):
+        self.seen.append((self.path, self.headers.get("Authorization"), time.monotonic()))
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
     def do_GET(self):
+        self.seen.append((self.path, self.headers.get("Authorization"), time.monotonic()))
         if self.path == "/v1/models" and self.headers.get("Authorization") != "Bearer k":
             status, body = 401, b'{"error": "Unauthorized"}'
         else:
@@ -323,6 +346,7 @@ class StubServer(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def stub():
+    StubServer.seen = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), StubServer)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -343,3 +367,145 @@ def test_the_plain_checks_read_statuses_with_and_without_the_key(stub):
     assert not ok and detail.startswith("no answer from http://127.0.0.1:9: ") and outcome == Outcome.UNREACHABLE
     report = down.run()
     assert [c.name for c in report.checks] == ["health"] and report.outcome == Outcome.UNREACHABLE
+
+
+# ---------------------------------------------------------------- the key goes only to podkit's server
+
+
+def described(port, error=None, **listener):
+    """What ``podctl describe`` says about a host whose served ``port`` is held as ``listener`` says."""
+    if error:
+        return ServerInfo("pod", error=error)
+    where = {"port": port, "held": True, "podkit": False, "pid": None, "program": None, "user": "ubuntu"}
+    return ServerInfo("pod", running=True, leaks=leaks().leaks, listener={**where, **listener})
+
+
+def port_of(url):
+    return int(url.rsplit(":", 1)[1])
+
+
+def test_a_stranger_on_the_port_never_gets_the_key_and_is_named_in_one_line(stub):
+    port = port_of(stub)
+    report = verify.Verifier(stub, "k", "m", 10, server=lambda: described(port, pid=4242, program="nc")).run()
+    assert [auth for _, auth, _ in StubServer.seen] == [None] * len(StubServer.seen)  # never "Bearer k"
+    failed = [c for c in report.checks if not c.ok]
+    assert [(c.name, c.outcome) for c in failed] == [("port held by podkit", Outcome.PORT_TAKEN)]
+    assert failed[0].detail == (
+        f"port {port} on pod is held by pid 4242 (nc), not by podkit's server: stop it or change vllm_port; "
+        "the key was not sent"
+    )
+    # no "the server runs without auth": the answers came from the stranger, so none is reported
+    assert [c.name for c in report.checks] == ["port held by podkit", *KEY_CHECKS, "no orphaned engine"]
+    assert report.outcome == Outcome.PORT_TAKEN and int(report.outcome) == 7
+
+
+def test_a_stranger_this_user_cannot_see_is_named_by_its_user(stub):
+    port = port_of(stub)
+    report = verify.Verifier(stub, "k", "m", 10, server=lambda: described(port, user="root")).run()
+    assert report.checks[0].detail.startswith(
+        f"port {port} on pod is held by a process of user root that the SSH user cannot see, not by podkit's server"
+    )
+    assert all(auth is None for _, auth, _ in StubServer.seen)
+
+
+def test_the_key_waits_for_the_host_to_say_podkits_server_holds_the_port(stub):
+    port, read = port_of(stub), []
+
+    def slow_describe():
+        time.sleep(0.3)
+        read.append(time.monotonic())
+        return described(port, podkit=True, pid=777, program="vllm")
+
+    report = verify.Verifier(stub, "k", "m", 10, server=slow_describe).run()
+    keyed = [when for _, auth, when in StubServer.seen if auth == "Bearer k"]
+    keyless = [when for _, auth, when in StubServer.seen if auth is None]
+    assert keyed and min(keyed) > read[0], "the key went out before the host said who holds the port"
+    assert keyless and min(keyless) < read[0], "the checks without the key run while the host is read"
+    found = {c.name: c for c in report.checks}
+    assert found["port held by podkit"].ok and found["port held by podkit"].detail == f"pid 777 (vllm) on port {port}"
+    assert found["models"].ok and [c.name for c in report.checks][:4] == [
+        "health",
+        "auth required",
+        "port held by podkit",
+        "models",
+    ]
+
+
+def test_a_host_that_cannot_be_read_gets_no_key_and_fails_only_its_host_checks(stub):
+    """As an inventory host without SSH does in tests/e2e/test_verify.py: one failed check, exit 3."""
+    error = "pod: cannot run the command over SSH (Connection refused)"
+    report = verify.Verifier(stub, "k", "m", 10, server=lambda: described(0, error=error)).run()
+    assert all(auth is None for _, auth, _ in StubServer.seen)
+    assert [c.name for c in report.checks] == ["health", "auth required", "metrics", "key checks on the host"]
+    failed = [c for c in report.checks if not c.ok]
+    assert [(c.name, c.outcome) for c in failed] == [("key checks on the host", Outcome.UNREACHABLE)]
+    assert failed[0].detail == (
+        f"cannot read the host: {error}; the key was not sent, so the checks that need it did not run"
+    )
+    assert report.outcome == Outcome.UNREACHABLE
+
+
+def test_nothing_on_the_port_says_podkits_server_is_down():
+    report = verify.Verifier("http://127.0.0.1:9", "k", "m", 10, server=lambda: described(9, held=False)).run()
+    failed = [(c.name, c.outcome) for c in report.checks if not c.ok]
+    assert failed == [("health", Outcome.UNREACHABLE), ("port held by podkit", Outcome.UNREACHABLE)]
+    assert report.checks[1].detail.startswith("nothing listens on port 9 on pod, so podkit's server is not serving")
+
+
+@pytest.mark.skipif(
+    shutil.which("sshd") is None and not os.path.exists("/usr/sbin/sshd"), reason="openssh-server is not installed"
+)
+def test_podkit_verify_over_real_ssh_refuses_a_stranger_on_the_port(stub, tmp_path):
+    """The whole chain: the CLI loads the inventory, podctl describe runs over a private sshd and
+    finds this test's stub (not podkit's server) on the port; verify exits 7 and the stub never
+    sees the key. Without SSH, the key is not sent either (exit 3)."""
+    from click.testing import CliRunner
+
+    from podkit.sandbox.sshd import PrivateSshd, free_port
+    from podkit_cli import cli
+    from tests.helpers import settings
+
+    sshd = PrivateSshd(tmp_path / "sshd")
+    host = sshd.start()
+    try:
+        key = tmp_path / "api_key"
+        key.write_text("k" * 32 + "\n")
+        key.chmod(0o600)
+        port = port_of(stub)
+        data = {
+            **host.pyinfra_data(),
+            "podkit_api_key_file": str(key),
+            "podkit_volume": str(tmp_path / "volume"),
+            "vllm_host": "127.0.0.1",
+            "vllm_port": port,
+            "vllm_served_model_name": "m",
+        }
+        deployed = Path(settings(podkit_volume=data["podkit_volume"]).paths.api_key)  # as the deploy leaves it
+        deployed.parent.mkdir(parents=True)
+        deployed.write_text(key.read_text())
+        inventory = tmp_path / "inventory.py"
+        inventory.write_text(f"hosts = [('box', {data!r}), ('nossh', {{**{data!r}, 'ssh_port': {free_port()}}})]\n")
+        result = CliRunner().invoke(cli, ["verify", str(inventory), "--json"])
+    finally:
+        sshd.stop()
+    reports = json.loads(result.stdout)
+    assert all(auth != f"Bearer {'k' * 32}" for _, auth, _ in StubServer.seen)
+    box = [c for c in reports["box"]["checks"] if not c["ok"]]
+    assert [(c["name"], c["outcome"]) for c in box] == [("port held by podkit", "port_taken")], box
+    assert box[0]["detail"].startswith(f"port {port} on box is held by pid {os.getpid()} (")
+    assert box[0]["detail"].endswith("), not by podkit's server: stop it or change vllm_port; the key was not sent")
+    nossh = [c for c in reports["nossh"]["checks"] if not c["ok"]]
+    assert [(c["name"], c["outcome"]) for c in nossh] == [("key checks on the host", "unreachable")], nossh
+    assert nossh[0]["detail"].endswith("the key was not sent, so the checks that need it did not run")
+    assert result.exit_code == 7
+
+
+def test_an_orphaned_engine_fails_verify_with_its_pid_memory_and_fix():
+    from podkit.client.verify import orphan_check
+
+    clean = orphan_check(ServerInfo("pod"), 0.1)
+    assert clean.ok and clean.name == "no orphaned engine"
+    orphan = {"pid": 4242, "start": 1, "title": "VLLM::EngineCore", "rss_bytes": 612 * 2**20, "pids": [4242]}
+    found = orphan_check(ServerInfo("pod", orphans=[orphan]), 0.1)
+    assert not found.ok and found.outcome == Outcome.ERROR
+    assert "VLLM::EngineCore pid 4242 outlived its server" in found.detail and "612 MiB" in found.detail
