@@ -18,12 +18,12 @@ import os
 from pyinfra import host
 from pyinfra.api.exceptions import DeployError
 
-from operations import checkpoint, facts, preflight, runner, vllm, volume
+from operations import checkpoint, facts, interrupt, preflight, runner, vllm, volume
 from podkit import project_path
 from podkit.host.preflight import choose_vllm, host_problems
 from podkit.host.probe import Unit
 from podkit.host.render import host_files
-from podkit.keys import ensure_key, file_content, key_digest, read_hf_token
+from podkit.keys import ApiKeyError, ensure_key, file_content, key_digest, read_hf_token
 from podkit.plan.checkpoints import from_hub
 from podkit.plan.hostplan import plan_host
 from podkit.settings import UNIT_NAME, UNIT_PATH, Settings, SettingsError
@@ -33,18 +33,24 @@ try:  # all of the host's data, so a misspelt podkit_/vllm_ key is refused, not 
 except SettingsError as bad:  # before any remote command: say which datum and how to fix it
     raise DeployError(f"{host.name}: {bad}") from None
 paths = settings.paths
+try:  # the controller's key and HF token, before any remote command: a bad file or variable is one line
+    key = ensure_key(project_path(settings.api_key_file))
+    hf_token = read_hf_token(project_path(settings.hf_token_file))
+except ApiKeyError as bad:
+    raise DeployError(f"{host.name}: {bad}") from None
 
-# 1. Read the host: GPUs, volume, installed vLLM, managed files, runner, server.
+# 1. Read the host (GPUs, volume, installed vLLM, managed files and their modes, runner, server,
+#    orphaned engines) and take its deploy lock, in one command. Ctrl-C exits non-zero, saying what is left.
+interrupt.exit_nonzero_on_interrupt()
 pod = facts.pod_state(settings)
 package, found = choose_vllm(settings, pod)
 
 # Plan before spending: checkpoint (FP8 if it helps), context, TP, parsers, disk.
-hf_token = read_hf_token(project_path(settings.hf_token_file))
 launch = plan_host(settings, pod, prefer_fp8=settings.prefer_fp8, resolve=lambda m: from_hub(m, token=hf_token))
 preflight.checks(
     name="Ensure the model, its context and its download fit this host before anything is installed",
-    problems=host_problems(settings, pod, needs_install=found is None) + launch.problems,
-    summary=launch.summary(),
+    problems=pod.lock_problems() + host_problems(settings, pod, needs_install=found is None) + launch.problems,
+    summary="; ".join(filter(None, [launch.summary(), pod.lock_note()])),
 )
 
 # 2. The volume (made the SSH user's with sudo if it is missing or root's), its folders, and vLLM
@@ -57,12 +63,14 @@ volume.root(
     writable=pod.volume_writable,
 )
 volume.directories(
-    name=f"Ensure podkit's folders exist on {settings.volume}",
+    name=f"Ensure podkit's folders exist on {settings.volume}, each with its mode and owner",
     paths=paths.directories(),
     present=pod.dirs,
+    modes=pod.modes,
+    owner=pod.owner,
 )
-vllm.venv(
-    name=f"Ensure {package} is installed ({paths.venv} unless the system has it)",
+installed = vllm.venv(
+    name=f"Ensure {package} is installed ({paths.venv} unless the system has it), with no package that breaks it",
     package=package,
     paths=paths,
     found=found,
@@ -87,32 +95,37 @@ def managed(name, role):
         mode=rendered.mode,
         current_sha256=pod.files.get(rendered.path),
         sha256=rendered.sha256,
+        current=pod.modes.get(rendered.path),
+        owner=pod.owner,
     )
 
 
 # 3. Every cache on the volume, through one env file the launch script sources.
-env = managed("Ensure the env file puts every cache on the volume", "env")
+managed("Ensure the env file puts every cache on the volume", "env")
 
-# 4. One API key: the controller's file is the source; the host gets a 0600 copy.
-key = ensure_key(project_path(settings.api_key_file))
-secret = volume.secret(
-    name="Ensure the host's API key matches the controller's",
+# 4. One API key: the controller's file is the source (read above); the host gets a 0600 copy.
+volume.secret(
+    name="Ensure the host's API key matches the controller's, mode 0600",
     path=paths.api_key,
     what="API key",
     content=file_content(key),
     current_sha256=pod.files.get(paths.api_key),
     sha256=key_digest(key),
+    current=pod.modes.get(paths.api_key),
+    owner=pod.owner,
 )
 
 # 5. The checkpoint: a clean hub cache, then the planned snapshot in it (fetched on the host).
 if hf_token:
     volume.secret(
-        name="Ensure the host's Hugging Face token matches the controller's",
+        name="Ensure the host's Hugging Face token matches the controller's, mode 0600",
         path=paths.hf_token,
         what="Hugging Face token",
         content=file_content(hf_token),
         current_sha256=pod.files.get(paths.hf_token),
         sha256=key_digest(hf_token),
+        current=pod.modes.get(paths.hf_token),
+        owner=pod.owner,
     )
 checkpoint.cache_clean(
     name="Ensure the hub cache holds no partial downloads, stale locks or broken links",
@@ -134,7 +147,7 @@ if launch.fetch:
 
 # 6. The launch script and 7. what keeps it serving: the runner, or a systemd unit (podkit_supervisor).
 served = f"{launch.fetch.repo}@{launch.fetch.revision[:12]}" if launch.fetch else launch.model
-script = managed(f"Ensure the launch script serves {served} as {settings.served_model_name}", "launch")
+managed(f"Ensure the launch script serves {served} as {settings.served_model_name}", "launch")
 systemd, unit = settings.supervisor == "systemd", pod.unit or Unit(UNIT_NAME)
 if systemd:
     managed(f"Ensure the volume holds the current {UNIT_NAME}", "unit")
@@ -148,7 +161,15 @@ if systemd:
     )
 else:
     supervisor = managed("Ensure the runner script is current", "runner")
-restart = any(op.will_change for op in (env, secret, script, supervisor)) or not pod.serving_current_files()
+# Restart when what the server reads changes (content: a mode put back changes nothing), or it runs older files.
+sums = {f.path: f.sha256 for role, f in files.items() if role != "unit"} | {paths.api_key: key_digest(key)}
+restart = (
+    any(pod.files.get(path) != sha for path, sha in sums.items())
+    or (systemd and supervisor.will_change)
+    or installed.will_change
+    or not pod.serving_current_files()
+)
+runner.orphans(name="Ensure no vLLM engine outlives its server (stopped before any start)", found=pod.orphans)
 # One supervisor at a time: the one not chosen lets go of the server (and its port) first.
 if unit.present and not systemd:
     runner.unit_service(

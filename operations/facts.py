@@ -1,15 +1,20 @@
 """Facts: what a host is like, read in as few round trips as possible.
 
 ``PodState`` runs ``podkit/remote/podctl.py probe`` on the host: one command
-that returns GPUs, the volume, installed vLLM builds, the checksums of every
-file podkit manages, and the runner's and server's state. pyinfra does not
-cache facts, so :func:`pod_state` keeps the answer for the rest of the run:
-every operation reads the same snapshot instead of asking the host again.
+that returns GPUs, the volume, installed vLLM builds, the checksums, modes and
+owners of every file podkit manages, the runner's and server's state and any
+vLLM engine that outlived its server, and that takes the deploy lock (one deploy
+per host at a time; it lasts as long as this run's connection to the host).
+pyinfra does not cache facts, so :func:`pod_state` keeps the answer for the rest
+of the run: every operation reads the same snapshot instead of asking the host again.
 """
 
 from __future__ import annotations
 
+import getpass
 import json
+import os
+import socket
 
 from pyinfra import host, state
 from pyinfra.api import FactBase
@@ -51,10 +56,19 @@ class PodState(FactBase):
 _SNAPSHOTS: dict[tuple[int, str], HostState] = {}
 
 
+def controller() -> dict[str, object]:
+    """Who runs this deploy, as the deploy lock names it to a second run: host, pid, user."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return {"host": socket.gethostname(), "pid": os.getpid(), "user": user}
+
+
 def pod_state(settings: Settings) -> HostState:
-    """The probe's answer for the current host, read once per run."""
+    """The probe's answer for the current host, read once per run (and the deploy lock, taken)."""
     key = (id(state), host.name)
     if key not in _SNAPSHOTS:
-        config = json.dumps(probe_config(settings), sort_keys=True)
+        config = json.dumps(probe_config(settings, controller=controller()), sort_keys=True)
         _SNAPSHOTS[key] = host.get_fact(PodState, config=config)
     return _SNAPSHOTS[key]

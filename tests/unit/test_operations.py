@@ -19,7 +19,7 @@ import pytest
 from pyinfra.api import FileUploadCommand, FunctionCommand
 from pyinfra.context import ctx_host, ctx_state
 
-from operations import checkpoint, preflight, runner, vllm, volume
+from operations import checkpoint, interrupt, preflight, runner, vllm, volume
 from podkit.host.fetch import FetchSpec
 from podkit.host.probe import VllmInstall
 from podkit.settings import PackageSpec, Paths, Settings
@@ -36,6 +36,7 @@ OPERATIONS = {
     "runner.service": runner.service,
     "runner.unit": runner.unit,
     "runner.unit_service": runner.unit_service,
+    "runner.orphans": runner.orphans,
     "preflight.checks": preflight.checks,
     "checkpoint.cache_clean": checkpoint.cache_clean,
     "checkpoint.fetched": checkpoint.fetched,
@@ -124,3 +125,64 @@ def test_every_operation_has_a_noop_case_and_a_change_case():
         seen.setdefault(path.parent.name, set()).add("noop" if "noop_description" in case else "change")
     for name in OPERATIONS:
         assert seen.get(name) == {"noop", "change"}, f"{name} needs both a no-op and a change case"
+
+
+# --- Ctrl-C: pyinfra 3.10 itself exits 0 on SIGINT (pyinfra_cli/main.py), later operations skipped ---
+
+INTERRUPTED_DEPLOY = """\
+from pyinfra.operations import server
+
+from operations import interrupt
+
+interrupt.exit_nonzero_on_interrupt()
+server.shell(name="Sleep a while", commands=["sleep 30"])
+server.shell(name="Write the marker", commands=["touch {marker}"])
+"""
+
+
+def test_ctrl_c_during_a_deploy_exits_non_zero_and_says_what_is_left_undone(tmp_path):
+    """A real pyinfra run against a private sshd, sent SIGINT in its first operation."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+
+    from podkit.sandbox.sshd import PrivateSshd
+    from tests.helpers import ROOT
+
+    if shutil.which("sshd") is None and not Path("/usr/sbin/sshd").exists():
+        pytest.skip("openssh-server (sshd) is not installed")
+    sshd = PrivateSshd(tmp_path / "sshd")
+    ssh_host = sshd.start()
+    try:
+        marker = tmp_path / "marker"
+        (tmp_path / "deploy.py").write_text(INTERRUPTED_DEPLOY.format(marker=marker))
+        (tmp_path / "inventory.py").write_text(f'hosts = [("box", {ssh_host.pyinfra_data()!r})]\n')
+        run = subprocess.Popen(
+            [str(Path(sys.executable).with_name("pyinfra")), "-y", "inventory.py", "deploy.py"],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)},
+        )
+        seen = []
+        for line in run.stdout:
+            seen.append(line)
+            if "Starting operation: Sleep a while" in line:
+                break
+        run.send_signal(signal.SIGINT)
+        out = "".join(seen) + run.stdout.read()
+        assert run.wait(timeout=60) == interrupt.EXIT_INTERRUPTED, out
+    finally:
+        sshd.stop()
+    assert "box: interrupted (Ctrl-C) with 2 operation(s) not done: Sleep a while; Write the marker" in out
+    assert not marker.exists()
+
+
+def test_the_deploy_installs_the_interrupt_handler_before_reading_the_host():
+    from tests.helpers import ROOT
+
+    source = (ROOT / "deploy.py").read_text()
+    assert 0 <= source.index("interrupt.exit_nonzero_on_interrupt()") < source.index("facts.pod_state(")

@@ -152,3 +152,112 @@ def test_stop_returns_once_the_supervisor_is_dead_even_if_nobody_reaps_it(runner
         assert runner("status").returncode == 3
     finally:
         parent.communicate("", timeout=30)
+
+
+# A stand-in server that starts an engine child as vLLM does (VLLM::EngineCore in its argv), then serves.
+WITH_ENGINE = """#!/bin/sh
+echo "stand-in server up"
+bash -c 'exec -a VLLM::EngineCore sleep 300' &
+exec sleep 300
+"""
+
+
+def engine_of(server):
+    """The pid of the stand-in engine whose parent is ``server``."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and state(entry.name) not in (None, "Z"):
+            try:
+                argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0]
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError):
+                continue
+            if argv0 == b"VLLM::EngineCore" and parent == server:
+                return int(entry.name)
+    return None
+
+
+@pytest.fixture
+def runner_with_engine(runner):
+    Path(runner.paths.launch_script).write_text(WITH_ENGINE)
+    return runner
+
+
+def test_an_engine_does_not_outlive_its_server_killed_with_sigkill(runner_with_engine):
+    """The OOM killer's SIGKILL leaves the engine re-parented to PID 1: the runner ends the server's
+    whole process group before it starts the next server, so the old engine never holds memory."""
+    runner = runner_with_engine
+    runner("start")
+    first = wait_for(lambda: runner.pid("vllm.pid"))
+    engine = wait_for(lambda: engine_of(first))
+    assert Path(f"/proc/{first}/stat").read_text().rsplit(")", 1)[1].split()[2] == str(first), "own group"
+    os.kill(first, signal.SIGKILL)
+    second = wait_for(lambda: (p := runner.pid("vllm.pid")) and p != first and p)
+    wait_for(lambda: engine_of(second))
+    assert state(engine) in ("Z", None), "the killed server's engine is still running"
+
+
+def test_stop_ends_the_engine_too(runner_with_engine):
+    runner = runner_with_engine
+    runner("start")
+    server = wait_for(lambda: runner.pid("vllm.pid"))
+    engine = wait_for(lambda: engine_of(server))
+    runner("stop")
+    assert state(engine) in ("Z", None) and state(server) in ("Z", None)
+
+
+def test_stop_after_the_supervisor_was_killed_ends_the_orphaned_engine(runner_with_engine):
+    """A supervisor killed with SIGKILL and then its server: only the engine is left, in the server's group."""
+    runner = runner_with_engine
+    runner("start")
+    server = wait_for(lambda: runner.pid("vllm.pid"))
+    engine = wait_for(lambda: engine_of(server))
+    os.kill(runner.pid("runner.pid"), signal.SIGKILL)
+    os.kill(server, signal.SIGKILL)
+    wait_for(lambda: state(server) in ("Z", None))
+    assert "left without its supervisor" in runner("stop").stdout
+    assert state(engine) in ("Z", None)
+
+
+def test_a_volume_path_with_a_space_or_a_dollar_is_summed_as_it_is(tmp_path):
+    """The runner records the sums of what the server was started from; a path with a space once
+    left that record empty (so every re-apply restarted vLLM), and a $(...) in it ran."""
+    from podkit.host.probe import parse_probe, podctl_command, probe_config
+
+    marker = tmp_path / "ran"
+    settings = settings_for(tmp_path / f"my volume $(touch {marker})")
+    paths = settings.paths
+    files = host_files(
+        settings,
+        package=PackageSpec("vllm", "0.33.0"),
+        vllm_bin="vllm",
+        launch=HostPlan(settings.model, 2048, 1, None, None),
+    )
+    for folder in (paths.bin, paths.run, paths.logs):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    Path(paths.runner_script).write_text(files["runner"].content)
+    Path(paths.launch_script).write_text("#!/bin/sh\nexec sleep 300\n")
+    os.chmod(paths.launch_script, 0o755)
+    try:
+        subprocess.run(["/bin/sh", paths.runner_script, "start"], capture_output=True, timeout=60, check=True)
+        record = Path(paths.run, "serving.sha256")
+        wait_for(lambda: record.exists() and paths.launch_script in record.read_text())
+        probed = subprocess.run(
+            ["sh", "-c", podctl_command("probe", probe_config(settings))], capture_output=True, text=True, check=True
+        )
+        assert parse_probe(probed.stdout).serving_current_files()
+        assert not marker.exists()
+    finally:
+        subprocess.run(["/bin/sh", paths.runner_script, "stop"], capture_output=True, timeout=120)
+
+
+def test_stop_ends_a_server_an_older_runner_left_without_a_group_of_its_own(runner):
+    """Before the server had a process group of its own it shared the supervisor's: one left behind
+    by a killed supervisor of that kind is still stopped by its pid (an upgrade's first restart)."""
+    server = subprocess.Popen(["sleep", "300"])  # in pytest's group, as in the old supervisor's
+    try:
+        start = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        Path(runner.paths.run, "vllm.pid").write_text(f"{server.pid} {start}\n")
+        assert "left without its supervisor" in runner("stop").stdout
+        assert server.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        server.kill()

@@ -127,16 +127,7 @@ def test_env_and_launch_scripts_run_nothing_they_carry(tmp_path, value):
     assert lines.index("set -eu") == 4 and all(line.startswith("#") for line in lines[:4])
 
 
-# runner.sh.j2 (not this change's) writes its list of summed paths inside double quotes
-# (SUMMED="'...' '...'"), where a quote, $( or ` in the volume path still acts.
-RUNNER_SUMMED = pytest.mark.xfail(reason='runner.sh.j2\'s SUMMED="..." line expands $, ` and quotes of the volume path')
-
-
-@pytest.mark.parametrize(
-    "value",
-    [pytest.param(v, marks=RUNNER_SUMMED) if re.search(r"[`'\"]|\$\(", v) else v for v in HOSTILE],
-    ids=range(len(HOSTILE)),
-)
+@pytest.mark.parametrize("value", HOSTILE, ids=range(len(HOSTILE)))
 def test_runner_script_runs_nothing_it_carries(tmp_path, value):
     _, _, _, files = render(tmp_path, value)
     syntax, _ = run_sh(tmp_path, "-n", files["runner"].path)
