@@ -4,7 +4,8 @@ Subpackages, each named for its job; none imports pyinfra or click (the pyinfra
 operations in ``operations/`` and the CLI in ``podkit_cli/`` call into them,
 never the reverse):
 
-    settings, keys   every setting declared once; the API key and HF token files
+    settings, checks every setting declared once, and the checks its data pass
+    keys             the API key and HF token files
     host/            what runs against one host: the probe, preflight, rendering,
                      install, fetch, readiness and diagnosis
     plan/            GPU table, memory model, checkpoints, model families, the host plan

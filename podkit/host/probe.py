@@ -64,7 +64,9 @@ def probe_config(settings: Settings, controller: dict[str, Any] | None = None) -
     paths = settings.paths
     model = settings.model
     local = model.startswith("/")
-    lock = {"lock": {"path": paths.deploy_lock, "controller": controller}} if controller else {}
+    lock = (
+        {"lock": {"path": paths.deploy_lock, "volume": settings.volume, "controller": controller}} if controller else {}
+    )
     return {
         **lock,
         "hub_cache": paths.hub_cache,
@@ -284,7 +286,12 @@ class HostState:
         holder = lock.get("holder") or {}
         who = holder.get("controller") or {}
         pid = (holder.get("holder") or [None])[0]
-        clear = f"kill {pid} on the host (the lock's holder)" if pid else f"rm {lock.get('path')} on the host"
+        if not who:  # the first deploy of this host: its run folder, where holders are named, is not made yet
+            return [
+                "another deploy holds this host (its first, which has not named itself yet: the flock on "
+                "the volume folder); wait for it to end"
+            ]
+        clear = f"kill {pid} on the host (the lock's holder)" if pid else "wait: its connection is still open"
         return [
             f"another deploy holds this host: {who.get('user', '?')}@{who.get('host', '?')} "
             f"(pid {who.get('pid', '?')}) since {holder.get('since', 'an unknown time')} ({lock.get('path')}); "

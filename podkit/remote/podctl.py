@@ -32,6 +32,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -766,23 +767,14 @@ def connection_process():
     return None
 
 
-def read_holder(fd):
-    try:
-        os.lseek(fd, 0, os.SEEK_SET)
-        data = json.loads(os.read(fd, 65536).decode() or "null")
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def hold_lock(fd, path, anchor, start):
-    """The lock's holder (a child detached from the command): keeps the flock while the
-    connection process lives and the lock file is still this one, then empties the file."""
+def hold_lock(fd, target, info_path, anchor, start):
+    """The lock's holder (a child detached from the command): keeps the flock on ``target`` (the
+    volume folder) while the connection process lives, then empties the holder file it wrote."""
     os.setsid()
     os.chdir("/")
     devnull = os.open(os.devnull, os.O_RDWR)
-    for target in (0, 1, 2):  # the SSH channel ends only when nothing holds its pipes
-        os.dup2(devnull, target)
+    for name in (0, 1, 2):  # the SSH channel ends only when nothing holds its pipes
+        os.dup2(devnull, name)
     for name in os.listdir("/proc/self/fd"):
         if int(name) > 2 and int(name) != fd:
             try:
@@ -790,45 +782,74 @@ def hold_lock(fd, path, anchor, start):
             except OSError:
                 pass
 
-    def same_file():
+    def same_target():
         try:
-            return os.path.samestat(os.fstat(fd), os.stat(path))
+            return os.path.samestat(os.fstat(fd), os.stat(target))
         except OSError:
             return False
 
     try:
-        while starttime(anchor) == start and same_file():
+        while starttime(anchor) == start and same_target():
             time.sleep(0.25)
-        if same_file():
-            os.ftruncate(fd, 0)
+        for candidate in (info_path, holder_stand_in(info_path)):
+            try:
+                with open(candidate) as handle:
+                    ours = (json.loads(handle.read() or "{}").get("holder") or [None])[0] == os.getpid()
+                if ours:
+                    with open(candidate, "w"):
+                        pass
+            except (OSError, ValueError, AttributeError):
+                pass
     finally:
         os._exit(0)
 
 
-def deploy_lock(cfg):
-    """Take ``<volume>/podkit/run/deploy.lock`` for this deploy, in the probe's one command.
+def read_holder_file(path):
+    """The holder named in ``path``, or in its stand-in in the system's temporary folder (used
+    until podkit's run folder exists on the volume), whichever names one."""
+    for candidate in (path, holder_stand_in(path)):
+        try:
+            with open(candidate) as handle:
+                data = json.loads(handle.read() or "null")
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            return data
+    return None
 
-    The lock is an flock held by a small process the probe leaves behind, which lives exactly as
-    long as the controller's connection (:func:`connection_process`): the run ends, fails, is
-    interrupted or its controller dies, the connection closes, the holder exits and the kernel
-    drops the flock. Nothing has to remember to release it, and there is no expiry to tune. The
-    file names the holder (controller host, pid and user, since when, the holder's pid here) so a
-    second deploy can say who holds the host; a file left non-empty by a holder that was killed
-    is taken over with a note. Returns {"state": "acquired" | "ours" | "held" | "off", ...}:
-    "ours" when this connection already holds it, "off" (never a refusal) where no lock can be
-    taken: no connection process to tie it to, a volume not writable yet, no flock on its
-    filesystem."""
+
+def holder_stand_in(path):
+    """Where the holder is named before podkit's run folder exists: never on the volume, whose
+    first deploy may still fail its preflight and must leave it as it was."""
+    digest = hashlib.sha256(path.encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), "podkit-deploy-lock-%s.json" % digest)
+
+
+def deploy_lock(cfg):
+    """Take the deploy lock of this volume for this deploy, in the probe's one command.
+
+    The lock is an flock on the volume folder itself, held by a small process the probe leaves
+    behind, which lives exactly as long as the controller's connection (:func:`connection_process`):
+    the run ends, fails, is interrupted or its controller dies, the connection closes, the holder
+    exits and the kernel drops the flock. Nothing has to remember to release it, there is no expiry
+    to tune, and nothing is created on a host that fails its preflight. Once podkit's run folder
+    exists, ``<volume>/podkit/run/deploy.lock`` names the holder (controller host, pid and user,
+    since when, the holder's pid here) so a second deploy can say who holds the host; a holder
+    that was killed lets go with it, and the next run takes over with a note. Returns
+    {"state": "acquired" | "ours" | "held" | "off", ...}: "ours" when this connection already
+    holds it, "off" (never a refusal) where no lock can be taken: no connection process to tie
+    it to, no volume folder yet, no flock on its filesystem."""
     spec = cfg.get("lock")
     if not spec:
         return None
     path = spec["path"]
+    target = spec.get("volume") or os.path.dirname(os.path.dirname(os.path.dirname(path)))
     anchor = connection_process()
     if anchor is None or starttime(anchor) is None:
         return {"state": "off", "path": path, "why": "no connection process to tie the lock to"}
     anchor = [anchor, starttime(anchor)]
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(target, os.O_RDONLY)
     except OSError as exc:
         return {"state": "off", "path": path, "why": str(exc)}
     deadline = time.time() + 3
@@ -837,7 +858,7 @@ def deploy_lock(cfg):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             break
         except OSError as exc:
-            holder = read_holder(fd) or {}
+            holder = read_holder_file(path) or {}
             if not isinstance(exc, BlockingIOError):
                 os.close(fd)
                 return {"state": "off", "path": path, "why": "no flock here (%s)" % exc}
@@ -850,10 +871,11 @@ def deploy_lock(cfg):
                 os.close(fd)
                 return {"state": "held", "path": path, "holder": holder}
             time.sleep(0.1)
-    previous = read_holder(fd)
+    previous = read_holder_file(path)
     child = os.fork()
     if child == 0:
-        hold_lock(fd, path, anchor[0], anchor[1])
+        hold_lock(fd, target, path, anchor[0], anchor[1])
+    os.close(fd)
     now = time.time()
     info = {
         "controller": spec.get("controller") or {},
@@ -862,10 +884,13 @@ def deploy_lock(cfg):
         "anchor": anchor,
         "holder": [child, starttime(child)],
     }
-    os.ftruncate(fd, 0)
-    os.lseek(fd, 0, os.SEEK_SET)
-    os.write(fd, (json.dumps(info, sort_keys=True) + "\n").encode())
-    os.close(fd)
+    # podkit's run folder is made by the deploy, never here: until it exists, a stand-in in /tmp
+    named = path if os.path.isdir(os.path.dirname(path)) else holder_stand_in(path)
+    try:
+        with open(named, "w") as handle:
+            handle.write(json.dumps(info, sort_keys=True) + "\n")
+    except OSError:
+        pass
     return {"state": "acquired", "path": path, "holder_pid": child, "took_over": previous}
 
 
