@@ -143,6 +143,7 @@ if launch.fetch:
         deadline=settings.fetch_timeout,
         complete=launch.fetched,
         running=pod.fetch_running,
+        note=(pod.checkpoint or {}).get("ignored"),
     )
 
 # 6. The launch script and 7. what keeps it serving: the runner, or a systemd unit (podkit_supervisor).

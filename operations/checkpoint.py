@@ -115,7 +115,14 @@ def _fetch(
 
 @operation(is_idempotent=False)
 def fetched(
-    spec: FetchSpec, paths: Paths, python: str, endpoint: str | None, deadline: float, complete: bool, running: bool
+    spec: FetchSpec,
+    paths: Paths,
+    python: str,
+    endpoint: str | None,
+    deadline: float,
+    complete: bool,
+    running: bool,
+    note: str | None = None,
 ):
     """
     Ensure the planned checkpoint is complete in the hub cache on the volume, at its pinned revision.
@@ -132,6 +139,7 @@ def fetched(
     + deadline: seconds before the fetch is stopped
     + complete: the probe found the recorded snapshot whole
     + running: a fetch from an earlier apply is still running (it is watched, not restarted)
+    + note: a line to say first, e.g. the probe's reason for ignoring a malformed checkpoint record
 
     **Example:**
 
@@ -143,6 +151,8 @@ def fetched(
             deadline=7200, complete=launch.fetched, running=pod.fetch_running,
         )
     """
+    if note:
+        host.log(note, logger.warning)
     if complete:
         host.noop(f"{spec.repo}@{spec.revision[:12]} is complete on the volume")
         return

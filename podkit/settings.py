@@ -260,6 +260,7 @@ class Paths:
     logs = property(lambda self: self._at("logs"))
     log_file = property(lambda self: self._at("logs", "vllm.log"))
     fetch_log = property(lambda self: self._at("logs", "fetch.log"))
+    install_log = property(lambda self: self._at("logs", "install.log"))
     checkpoint_record = property(lambda self: self._at("run", "checkpoint.json"))
     deploy_lock = property(lambda self: self._at("run", "deploy.lock"))  # one deploy per host at a time
     hf_token = property(lambda self: self._at("secrets", "hf_token"))

@@ -42,7 +42,17 @@ def install_command(spec: PackageSpec, paths: Paths, *, recreate: bool) -> str:
         _exports({k: v for k, v in paths.cache_env().items() if k in ("XDG_CACHE_HOME", "PIP_CACHE_DIR", "TMPDIR")}),
         f"venv={venv}",
         f'python3 -m venv {"--clear " if recreate else ""}"$venv"',
-        f'"$venv/bin/python" -m pip install --disable-pip-version-check --no-input --progress-bar off -q {shlex.quote(str(spec))}',
+        f"log={shlex.quote(paths.install_log)}",
+        # pip's own output goes to the log; a failure is one line: pip's last error, and the fix
+        f'if ! "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --progress-bar off -q '
+        f'{shlex.quote(str(spec))} > "$log" 2>&1; then',
+        '  why=$(grep -E "^ERROR|Error:|error:" "$log" | tail -n 1 | cut -c1-300)',
+        '  case "$(tail -c 4000 "$log")" in *"No space left"*)'
+        f' fix="the volume is full: free space on {shlex.quote(paths.volume)} or grow it, then re-apply";;',
+        '  *) fix="see $log, fix the cause, then re-apply";; esac',
+        f'  echo "installing {spec} failed: ${{why:-pip exited non-zero}}; $fix" >&2',
+        "  exit 1",
+        "fi",
     ]
     if spec.is_cpu_build:
         steps.append(f'"$venv/bin/python" -m pip uninstall -y -q {" ".join(CPU_BREAKERS)} 2>/dev/null || true')

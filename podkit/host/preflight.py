@@ -10,6 +10,26 @@ import shlex
 from podkit.host.probe import HostState, VllmInstall
 from podkit.settings import UNIT_NAME, PackageSpec, Settings
 
+#: Room a vLLM install takes on the volume (the venv, plus pip unpacking wheels in TMPDIR there):
+#: the CPU build's venv is 2.5-3.5 GB (3.4 GB measured on the sandbox); a CUDA build's, with torch
+#: and its NVIDIA libraries, is 9-11 GB.
+INSTALL_BYTES = {"cpu": 5 * 10**9, "gpu": 14 * 10**9}
+
+
+def install_space_problem(settings: Settings, state: HostState) -> str | None:
+    """Why the vLLM install would fill the volume, checked before pip starts (a full volume mid-install
+    gives pip's hundred-line traceback and a half-made venv)."""
+    kind = "gpu" if state.gpus else "cpu"
+    need, free = INSTALL_BYTES[kind], state.free_bytes
+    if free is None or free >= need:
+        return None
+    package = settings.package_for(bool(state.gpus))
+    return (
+        f"installing {package} needs about {need / 1e9:.0f} GB on {settings.volume} but it has "
+        f"{free / 1e9:.1f} GB free; free space there (podkit cache clean INVENTORY removes broken downloads) "
+        "or grow the volume"
+    )
+
 
 def host_problems(settings: Settings, state: HostState, *, needs_install: bool) -> list[str]:
     """Reasons this host cannot be converged, each with its fix. Empty when it can."""
@@ -27,6 +47,8 @@ def host_problems(settings: Settings, state: HostState, *, needs_install: bool) 
             "or restart the pod if its GPU was taken"
         )
     problems += _volume_problems(settings, state)
+    if needs_install and state.volume_writable and (space := install_space_problem(settings, state)):
+        problems.append(space)
     problems += _supervisor_problems(settings, state)
     if state.port_listening and not state.server_pid:
         problems.append(

@@ -665,3 +665,19 @@ def test_the_probe_takes_no_lock_unless_the_deploy_asks(tmp_path):
     settings = settings_for(tmp_path)
     assert probe(settings).lock is None
     assert not Path(settings.paths.deploy_lock).exists()
+
+
+def test_an_install_that_would_fill_the_volume_stops_the_host_before_pip_starts():
+    """A full volume mid-install gave pip's hundred-line traceback and a half-made venv."""
+    import dataclasses
+
+    from tests.helpers import gpu_host
+
+    settings = settings_for(Path("/workspace"))
+    gpu = dataclasses.replace(gpu_host(free=6 * 10**9), venv_module=True, python="/usr/bin/python3")
+    (problem,) = [p for p in host_problems(settings, gpu, needs_install=True) if "installing" in p]
+    assert problem.startswith("installing vllm==0.33.0 needs about 14 GB on /workspace but it has 6.0 GB free")
+    assert "grow the volume" in problem
+    assert not [p for p in host_problems(settings, gpu, needs_install=False) if "installing" in p]  # installed
+    cpu = dataclasses.replace(gpu, gpus=[])
+    assert not [p for p in host_problems(settings, cpu, needs_install=True) if "installing" in p]  # 5 GB do
