@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import click
@@ -18,6 +19,12 @@ def _max_model_len(ctx, param, value):
     if number < 16:
         raise click.BadParameter("at least 16 tokens")
     return number
+
+
+def _version(ctx, param, value):
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?([.+-][A-Za-z0-9.]+)?", value):
+        raise click.BadParameter("a vLLM version such as 0.33.0")
+    return value
 
 
 @click.command()
@@ -36,6 +43,13 @@ def _max_model_len(ctx, param, value):
 @click.option("--quantization", type=click.Choice(["fp8"]), help="Runtime FP8 quantization of a BF16 checkpoint.")
 @click.option("--disk-free-gib", type=click.FloatRange(min=0), help="Free space on the volume, to check the download.")
 @click.option("--no-fp8-search", is_flag=True, help="Do not look for an FP8 sibling checkpoint.")
+@click.option(
+    "--vllm-version",
+    default="0.33.0",
+    show_default=True,
+    callback=_version,
+    help="The vLLM the host runs: its overheads and parsers differ by version (the deploy uses the host's).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as one JSON object.")
 def plan(
     model,
@@ -49,6 +63,7 @@ def plan(
     quantization,
     disk_free_gib,
     no_fp8_search,
+    vllm_version,
     as_json,
 ):
     """Will MODEL and its context fit, before anything is downloaded?
@@ -95,6 +110,7 @@ def plan(
             runtime_fp8=quantization == "fp8",
             disk_free_bytes=int(disk_free_gib * GIB) if disk_free_gib is not None else None,
             family=family,
+            vllm_version=vllm_version,
         )
     except PlanError as exc:
         raise click.BadParameter(str(exc)) from None

@@ -262,3 +262,13 @@ def test_cli_plan_exit_codes(tmp_path):
     assert CliRunner().invoke(cli, ["plan", model]).exit_code == 2  # neither --gpu nor --gpu-memory-gib
     assert CliRunner().invoke(cli, ["plan", model, "--gpu", "Voodoo"]).exit_code == 2
     assert CliRunner().invoke(cli, ["plan", str(tmp_path / "nothing"), "--gpu", "L4"]).exit_code == 2
+
+
+def test_cli_plan_takes_the_vllm_version_the_host_runs(tmp_path):
+    model = str(write_tiny_model(tmp_path / "tiny"))
+    args = ["plan", model, "--gpu", "L4", "--max-model-len", "4096", "--json"]
+    default = json.loads(CliRunner().invoke(cli, args).output)
+    older = json.loads(CliRunner().invoke(cli, [*args, "--vllm-version", "0.10.0"]).output)
+    assert default["vllm_version"] == "0.33.0" and older["vllm_version"] == "0.10.0"
+    assert older["kv_cache_tokens"] != default["kv_cache_tokens"]  # the overheads are per version
+    assert CliRunner().invoke(cli, [*args, "--vllm-version", "latest"]).exit_code == 2
