@@ -17,7 +17,7 @@ import secrets
 from pathlib import Path
 
 ENV_VAR = "PODKIT_API_KEY"
-_VALID = re.compile(r"^[A-Za-z0-9._~+/=-]{16,256}$")
+_VALID = re.compile(r"[A-Za-z0-9._~+/=-]{16,256}")
 
 
 class ApiKeyError(ValueError):
@@ -44,23 +44,10 @@ def _flaw(key: str) -> str:
     return "it holds other characters"
 
 
-def _check(key: str, source: str) -> str:
-    """``key`` if it is usable; else what is wrong with the file ``source``, never the key itself."""
-    if not _VALID.match(key):
-        raise ApiKeyError(
-            f"the API key in {source} must be 16-256 characters of letters, digits or ._~+/=- "
-            f"({_flaw(key)}): fix it, or delete the file to have podkit generate one"
-        )
-    return key
-
-
-def _check_supplied(key: str, path: Path) -> str:
-    """``$PODKIT_API_KEY`` if it is usable; else the fix names the variable (the file is not the problem)."""
-    if not _VALID.match(key):
-        raise ApiKeyError(
-            f"${ENV_VAR} must be 16-256 characters of letters, digits or ._~+/=- ({_flaw(key)}): "
-            f"fix the variable, or unset it to use the key in {path} (made for you if it is missing)"
-        )
+def _check(key: str, what: str, fix: str) -> str:
+    """``key`` if it is usable; else one line naming ``what`` held it and ``fix``, never the key itself."""
+    if not _VALID.fullmatch(key):
+        raise ApiKeyError(f"{what} must be 16-256 characters of letters, digits or ._~+/=- ({_flaw(key)}): {fix}")
     return key
 
 
@@ -81,7 +68,9 @@ def _read_private(path: Path) -> str | None:
 
 def read_key(path: str | Path) -> str | None:
     text = _read_private(Path(path))
-    return None if text is None else _check(text, str(path))
+    if text is None:
+        return None
+    return _check(text, f"the API key in {path}", "fix it, or delete the file to have podkit generate one")
 
 
 def write_key(path: str | Path, key: str) -> None:
@@ -103,7 +92,11 @@ def ensure_key(path: str | Path, environ: dict[str, str] | None = None) -> str:
     environ = os.environ if environ is None else environ
     supplied = environ.get(ENV_VAR, "").strip()
     if supplied:  # the variable first: when it is wrong, it is what to fix
-        _check_supplied(supplied, Path(path))
+        _check(
+            supplied,
+            f"${ENV_VAR}",
+            f"fix the variable, or unset it to use the key in {Path(path)} (made for you if it is missing)",
+        )
     stored = read_key(path)
     if supplied:
         if supplied != stored:

@@ -9,6 +9,7 @@ from datetime import UTC
 import click
 
 from .hosts import load_targets
+from .output import host_option
 
 
 def _int_list(ctx, param, value):
@@ -23,7 +24,7 @@ def _int_list(ctx, param, value):
 
 @click.command()
 @click.argument("inventory")
-@click.option("--host", "host_names", multiple=True, help="Only this host (repeatable).")
+@host_option
 @click.option(
     "--lengths",
     default="1024,4096,16384,32768",

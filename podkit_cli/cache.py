@@ -8,7 +8,7 @@ import sys
 import click
 
 from .hosts import load_hosts
-from .output import emit
+from .output import emit, host_option
 
 
 @click.group()
@@ -64,7 +64,7 @@ def _print_cache(reports, clean: bool) -> None:
 
 @cache.command("ls")
 @click.argument("inventory")
-@click.option("--host", "host_names", multiple=True, help="Only this host (repeatable).")
+@host_option
 @click.option("--json", "as_json", is_flag=True)
 def cache_ls(inventory, host_names, as_json):
     """What each host's hub cache holds, and its partial downloads, stale locks and broken links."""
@@ -75,7 +75,7 @@ def cache_ls(inventory, host_names, as_json):
 
 @cache.command("clean")
 @click.argument("inventory")
-@click.option("--host", "host_names", multiple=True, help="Only this host (repeatable).")
+@host_option
 @click.option("--json", "as_json", is_flag=True)
 def cache_clean(inventory, host_names, as_json):
     """Remove partial downloads, stale locks and broken snapshot links that no process holds.

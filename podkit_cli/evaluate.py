@@ -8,7 +8,7 @@ import sys
 import click
 
 from .hosts import load_targets
-from .output import emit
+from .output import emit, host_option
 
 
 class DefaultGroup(click.Group):
@@ -58,7 +58,7 @@ def _task_names(ctx, param, value):
 
 @eval_group.command("run")
 @click.argument("inventory")
-@click.option("--host", "host_names", multiple=True, help="Only this host (repeatable).")
+@host_option
 @click.option(
     "--profile",
     "profile_names",

@@ -792,14 +792,12 @@ def hold_lock(fd, target, info_path, anchor, start):
         while starttime(anchor) == start and same_target():
             time.sleep(0.25)
         for candidate in (info_path, holder_stand_in(info_path)):
-            try:
-                with open(candidate) as handle:
-                    ours = (json.loads(handle.read() or "{}").get("holder") or [None])[0] == os.getpid()
-                if ours:
+            if ((read_json_dict(candidate) or {}).get("holder") or [None])[0] == os.getpid():
+                try:
                     with open(candidate, "w"):
                         pass
-            except (OSError, ValueError, AttributeError):
-                pass
+                except OSError:
+                    pass
     finally:
         os._exit(0)
 
@@ -808,14 +806,16 @@ def read_holder_file(path):
     """The holder named in ``path``, or in its stand-in in the system's temporary folder (used
     until podkit's run folder exists on the volume), whichever names one."""
     for candidate in (path, holder_stand_in(path)):
-        try:
-            with open(candidate) as handle:
-                data = json.loads(handle.read() or "null")
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict):
+        data = read_json_dict(candidate)
+        if data is not None:
             return data
     return None
+
+
+def read_json_dict(path):
+    """The JSON object in ``path``, or None (missing, empty, unreadable, not an object)."""
+    data = read_json(path)
+    return data if isinstance(data, dict) else None
 
 
 def holder_stand_in(path):
