@@ -12,10 +12,12 @@ after naming, per host, the operations it did not finish. A Ctrl-C before ``depl
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
 import click
+import gevent
 from pyinfra.context import ctx_state
 
 EXIT_INTERRUPTED = 130
@@ -50,11 +52,26 @@ def lines(state) -> list[str]:
 
 
 def _interrupted(signum, frame) -> None:
-    for line in lines(ctx_state.get()):
-        click.echo(click.style(line, fg="red"), err=True)
+    # os.write, not click.echo: the signal may arrive while pyinfra's logger is inside a write to
+    # the same buffered stderr, and a second write there raises "reentrant call" instead of exiting
+    text = "".join(click.style(line, fg="red") + "\n" for line in lines(ctx_state.get()))
+    os.write(sys.stderr.fileno(), text.encode())
     sys.exit(EXIT_INTERRUPTED)
 
 
 def exit_nonzero_on_interrupt() -> None:
-    """Make Ctrl-C end the run with status 130 and a line per host naming what it left undone."""
+    """Make Ctrl-C end the run with status 130 and a line per host naming what it left undone.
+
+    The Python-level handler runs only when the main greenlet runs Python code, which it does not
+    while it waits on a remote command (``sleep 30`` there would delay the exit by 30 s); gevent's
+    own signal watcher runs in the hub at once and throws the same exit into the main greenlet."""
     signal.signal(signal.SIGINT, _interrupted)
+    main = gevent.getcurrent()
+
+    def in_the_hub() -> None:
+        try:
+            _interrupted(signal.SIGINT, None)
+        except SystemExit as stop:
+            gevent.kill(main, stop)
+
+    gevent.signal_handler(signal.SIGINT, in_the_hub)
