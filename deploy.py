@@ -4,13 +4,14 @@
     pyinfra -y inventories/mine.py deploy.py         # your own hosts (an inventory you write)
 
 Reads top to bottom in the order a host converges: read the host (one remote
-command), plan and preflight, the volume, vLLM, caches, key, checkpoint, launch
-script, runner (or systemd unit), readiness. On a converged host every operation
+command), plan and preflight, the volume, vLLM (with Caddy and supervisord),
+caches, key, checkpoint, launch script, the edge, what supervises them
+(supervisord, or systemd units), readiness. On a converged host every operation
 reports "No changes" and the run costs one remote command.
 
 Everything runs as the SSH user. A non-root user needs sudo for two things only:
 making the volume root theirs when it is missing or root's, and, with
-``podkit_supervisor = "systemd"``, installing the unit and running systemctl.
+``podkit_supervisor = "systemd"``, installing the units and running systemctl.
 """
 
 import os
@@ -18,29 +19,31 @@ import os
 from pyinfra import host
 from pyinfra.api.exceptions import DeployError
 
-from operations import checkpoint, facts, interrupt, preflight, runner, vllm, volume
+from operations import checkpoint, facts, interrupt, preflight, supervisor, vllm, volume
 from podkit import project_path
+from podkit.client.targets import pin_ca, way_in
 from podkit.host.preflight import choose_vllm, host_problems
-from podkit.host.probe import Unit
+from podkit.host.probe import Unit, edge_files, managed_files, server_config
 from podkit.host.render import host_files
 from podkit.keys import ApiKeyError, ensure_key, file_content, key_digest, read_hf_token
 from podkit.plan.checkpoints import from_hub
 from podkit.plan.hostplan import plan_host
-from podkit.settings import UNIT_NAME, UNIT_PATH, Settings, SettingsError
+from podkit.settings import EDGE_UNIT_NAME, EDGE_UNIT_PATH, UNIT_NAME, UNIT_PATH, Settings, SettingsError
 
 try:  # all of the host's data, so a misspelt podkit_/vllm_ key is refused, not ignored
     settings = Settings.from_mapping(host.data.dict())
 except SettingsError as bad:  # before any remote command: say which datum and how to fix it
     raise DeployError(f"{host.name}: {bad}") from None
 paths = settings.paths
+way = way_in(host.name, host.data.dict(), settings.edge_port)  # how clients come in: TLS or not
 try:  # the controller's key and HF token, before any remote command: a bad file or variable is one line
     key = ensure_key(project_path(settings.api_key_file))
     hf_token = read_hf_token(project_path(settings.hf_token_file))
 except ApiKeyError as bad:
     raise DeployError(f"{host.name}: {bad}") from None
 
-# 1. Read the host (GPUs, volume, installed vLLM, managed files and their modes, runner, server,
-#    orphaned engines) and take its deploy lock, in one command. Ctrl-C exits non-zero, saying what is left.
+# 1. Read the host (GPUs, volume, installed vLLM, managed files and their modes, supervisor, server,
+#    edge, orphaned engines) and take its deploy lock, in one command. Ctrl-C exits non-zero, saying what is left.
 interrupt.exit_nonzero_on_interrupt()
 pod = facts.pod_state(settings)
 package, found = choose_vllm(settings, pod)
@@ -54,7 +57,7 @@ preflight.checks(
 )
 
 # 2. The volume (made the SSH user's with sudo if it is missing or root's), its folders, and vLLM
-#    (the system's if it matches, else a venv on the volume).
+#    (the system's if it matches, else a venv on the volume) with Caddy and supervisord in the venv.
 volume.root(
     name=f"Ensure {settings.volume} exists and {pod.user or 'the SSH user'} can write it",
     path=settings.volume,
@@ -69,18 +72,23 @@ volume.directories(
     modes=pod.modes,
     owner=pod.owner,
 )
+tools = [settings.edge_package, settings.supervisor_package]
 installed = vllm.venv(
-    name=f"Ensure {package} is installed ({paths.venv} unless the system has it), with no package that breaks it",
+    name=f"Ensure {package} is installed ({paths.venv} unless the system has it), with Caddy and supervisord "
+    "in the venv and no package that breaks it",
     package=package,
     paths=paths,
     found=found,
     venv_python_ok=pod.venv.python_ok,
+    tools=tools,
+    missing_tools=pod.venv.missing_tools(tools),
 )
 files = host_files(
     settings,
     package=package,
     vllm_bin=found.vllm_bin if found else f"{paths.venv}/bin/vllm",
     launch=launch,
+    way=way,
     user=pod.user,
     group=pod.group,
 )
@@ -146,63 +154,91 @@ if launch.fetch:
         note=(pod.checkpoint or {}).get("ignored"),
     )
 
-# 6. The launch script and 7. what keeps it serving: the runner, or a systemd unit (podkit_supervisor).
+# 6. The launch script, 7. the edge (Caddy: only /v1 with the key, /health; TLS when clients come
+#    in directly), and 8. what keeps both running: supervisord, or systemd units (podkit_supervisor).
 served = f"{launch.fetch.repo}@{launch.fetch.revision[:12]}" if launch.fetch else launch.model
-managed(f"Ensure the launch script serves {served} as {settings.served_model_name}", "launch")
-systemd, unit = settings.supervisor == "systemd", pod.unit or Unit(UNIT_NAME)
-if systemd:
-    managed(f"Ensure the volume holds the current {UNIT_NAME}", "unit")
-    supervisor = runner.unit(
-        name=f"Ensure systemd has the current {UNIT_NAME} (daemon-reload when it changed)",
-        source=paths.unit_copy,
-        path=UNIT_PATH,
-        current_sha256=pod.files.get(UNIT_PATH),
-        sha256=files["unit"].sha256,
-        as_root=pod.root,
-    )
-else:
-    supervisor = managed("Ensure the runner script is current", "runner")
-# Restart when what the server reads changes (content: a mode put back changes nothing), or it runs older files.
-sums = {f.path: f.sha256 for role, f in files.items() if role != "unit"} | {paths.api_key: key_digest(key)}
-restart = (
-    any(pod.files.get(path) != sha for path, sha in sums.items())
-    or (systemd and supervisor.will_change)
-    or installed.will_change
-    or not pod.serving_current_files()
+managed(f"Ensure the launch script serves {served} as {settings.served_model_name} on 127.0.0.1 only", "launch")
+managed("Ensure the edge script runs Caddy with the key from its file", "edge")
+managed(
+    f"Ensure the Caddyfile lets only /v1 with the key and /health through port {settings.edge_port}"
+    + (f" (TLS: {way.tls})" if way.tls != "off" else ""),
+    "caddyfile",
 )
-runner.orphans(name="Ensure no vLLM engine outlives its server (stopped before any start)", found=pod.orphans)
-# One supervisor at a time: the one not chosen lets go of the server (and its port) first.
-if unit.present and not systemd:
-    runner.unit_service(
-        name=f"Ensure {UNIT_NAME} is stopped and disabled (the runner supervises vLLM)",
-        unit=UNIT_NAME,
-        enabled=unit.is_enabled,
-        up=unit.up,
-        present=False,
-        as_root=pod.root,
-    )
-runner.service(
-    name="Ensure podkit's runner is stopped (systemd supervises vLLM)"
-    if systemd
-    else "Ensure the runner supervises vLLM with the current files",
-    runner_script=paths.runner_script,
-    running=pod.runner_pid is not None,
-    restarted=restart,
-    present=not systemd,
-)
-if systemd:
-    runner.unit_service(
-        name=f"Ensure {UNIT_NAME} is enabled and serves vLLM with the current files",
-        unit=UNIT_NAME,
-        enabled=unit.is_enabled,
-        up=unit.up,
-        restarted=restart,
-        as_root=pod.root,
-    )
+sums = {f.path: f.sha256 for f in files.values()} | {paths.api_key: key_digest(key)}
 
-# 8. Readiness: /health answers and /v1/models lists the served model, with the key.
+
+def changed(paths_read: list[str]) -> bool:
+    return any(pod.files.get(path) != sums[path] for path in paths_read)
+
+
+# Restart what reads changed files (content: a mode put back changes nothing), or runs older files.
+restart_vllm = changed(managed_files(settings)) or installed.will_change or not pod.serving_current_files()
+restart_edge = changed(edge_files(settings)) or installed.will_change or not pod.edge_current_files()
+supervisor.legacy_runner(
+    name="Ensure no runner from an older podkit holds the port",
+    runner_script=paths.legacy_runner_script,
+    pid=pod.legacy_runner,
+)
+supervisor.orphans(name="Ensure no vLLM engine outlives its server (stopped before any start)", found=pod.orphans)
+systemd = settings.supervisor == "systemd"
+units = {
+    UNIT_NAME: ("unit", UNIT_PATH, restart_vllm, pod.unit or Unit(UNIT_NAME)),
+    EDGE_UNIT_NAME: ("edge_unit", EDGE_UNIT_PATH, restart_edge, pod.edge_unit or Unit(EDGE_UNIT_NAME)),
+}
+if systemd:
+    for unit_name, (role, unit_path, restart, unit) in units.items():
+        managed(f"Ensure the volume holds the current {unit_name}", role)
+        installed_unit = supervisor.unit(
+            name=f"Ensure systemd has the current {unit_name} (daemon-reload when it changed)",
+            source=files[role].path,
+            path=unit_path,
+            current_sha256=pod.files.get(unit_path),
+            sha256=files[role].sha256,
+            as_root=pod.root,
+        )
+        supervisor.unit_service(
+            name=f"Ensure {unit_name} is enabled and runs from the current files",
+            unit=unit_name,
+            enabled=unit.is_enabled,
+            up=unit.up,
+            restarted=restart or installed_unit.will_change,
+            as_root=pod.root,
+        )
+    restarted = restart_vllm
+else:
+    # one supervisor at a time: units left from podkit_supervisor = "systemd" let go of the ports first
+    for unit_name, (_, _, _, unit) in units.items():
+        if unit.present:
+            supervisor.unit_service(
+                name=f"Ensure {unit_name} is stopped and disabled (supervisord supervises)",
+                unit=unit_name,
+                enabled=unit.is_enabled,
+                up=unit.up,
+                present=False,
+                as_root=pod.root,
+            )
+    conf = managed("Ensure supervisord's config runs vLLM and the edge", "supervisord")
+    running = pod.supervisor_pid is not None
+    supervisor.programs(
+        name="Ensure supervisord runs vLLM and the edge from the current files",
+        config={**server_config(settings), "supervisord_log": paths.supervisord_log},
+        running=running,
+        programs=pod.programs,
+        reload=conf.will_change,
+        restart=[name for name, due in (("vllm", restart_vllm), ("edge", restart_edge)) if due],
+    )
+    restarted = restart_vllm or conf.will_change or not running
+
+# 9. Readiness: vLLM answers on loopback and lists the served model (with the key), and the edge
+#    answers /health; with TLS from Caddy's CA, its root certificate is pinned on the controller.
+if way.tls == "internal" and pod.ca_root:
+    pin_ca(host.name, pod.ca_root)
 vllm.endpoint(
-    name=f"Ensure vLLM on port {settings.port} answers and lists {settings.served_model_name}",
+    name=f"Ensure vLLM answers and lists {settings.served_model_name} behind the edge on port {settings.edge_port}",
     settings=settings,
-    ready=pod.ready(settings.served_model_name) and pod.supervised(settings.supervisor) and not restart,
+    ready=pod.ready(settings.served_model_name)
+    and pod.supervised(settings.supervisor)
+    and not restarted
+    and not restart_edge,
+    pin=way.tls == "internal" and not pod.ca_root,
 )

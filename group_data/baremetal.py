@@ -18,8 +18,13 @@ podkit_volume = "/srv/vllm"
 # use fewer GPUs (e.g. 2 of 4, leaving the others free).
 vllm_tensor_parallel_size = None
 
-# What keeps vLLM running. "runner" (the default) needs neither root nor
-# systemd. "systemd" installs podkit-vllm.service (the same launch script,
-# Restart=on-failure, started at boot): the better choice on a box that reboots,
-# where systemd runs (the preflight checks) and the SSH user has sudo.
-podkit_supervisor = "runner"
+# What keeps vLLM and the edge running. "supervisord" (the default, from PyPI in
+# the venv) needs neither root nor systemd. "systemd" installs podkit-vllm.service
+# and podkit-edge.service (the same scripts, Restart=on-failure, started at boot):
+# the better choice on a box that reboots, where systemd runs (the preflight
+# checks) and the SSH user has sudo.
+podkit_supervisor = "supervisord"
+
+# Clients reach a box at its SSH address on podkit_edge_port, over HTTPS from the
+# edge's own CA (podkit_tls = "auto"); the deploy pins that CA on the controller.
+# With a DNS name for the box, podkit_domain gets a Let's Encrypt certificate.

@@ -8,9 +8,9 @@ every pod shares, e.g. the model:
     vllm_max_model_len = 65536
 """
 
-# Clients come in through the pod's public TCP port or RunPod's HTTP proxy, both from
-# outside the container: vLLM listens on every interface (the key guards /v1).
-vllm_host = "0.0.0.0"
+# Clients come in through the pod's public TCP port (TLS from the edge's own CA) or RunPod's
+# HTTPS proxy (plain HTTP from the proxy to the edge), both to the edge on podkit_edge_port
+# (8000, the port RunPod exposes); vLLM itself listens on 127.0.0.1 only.
 # A first start on a pod compiles and profiles for minutes; later starts reuse the
 # compile cache on the volume.
 podkit_ready_timeout = 1800

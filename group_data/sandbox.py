@@ -1,8 +1,8 @@
 """Settings for the local sandbox pod: a CPU host serving a tiny model (see group_data/all.py)."""
 
-# Loopback only: the sandbox is never reachable from outside this machine.
-vllm_host = "127.0.0.1"
-vllm_max_model_len = 2048
+# Loopback only: the sandbox is never reachable from outside this machine (vLLM always is).
+podkit_public = False
+vllm_max_model_len = 65536
 # CPU build: skip torch.compile (a start in ~30 s, not minutes) and size the KV
 # cache explicitly (vLLM's default share of memory fails on small machines).
 vllm_extra_args = ["--enforce-eager", "--kv-cache-memory-bytes", "64M"]

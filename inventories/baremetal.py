@@ -7,12 +7,12 @@ Run from the project root: pyinfra reads group_data/ from the working directory.
 Every host here is in the group "gpu_boxes" (the list below) and in the group
 "baremetal" (this file's name), so group_data/baremetal.py applies to all of
 them: the volume at /srv/vllm, every GPU in one server (TP from the host's own
-GPU count and the plan), the runner or a systemd unit. A host's own dict wins
+GPU count and the plan), supervisord or systemd units. A host's own dict wins
 over both, and podkit/settings.py declares every key (the README's Settings table).
 
 The SSH user need not be root. A non-root user needs passwordless sudo for two
 things only: creating the volume root (owned by that user) when it is missing
-or root's, and with podkit_supervisor = "systemd" installing the unit and
+or root's, and with podkit_supervisor = "systemd" installing the units and
 running systemctl. Everything else, the server included, runs as that user.
 """
 

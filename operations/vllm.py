@@ -8,6 +8,7 @@ import time
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 
+from podkit.client.targets import pin_ca
 from podkit.host.install import install_command
 from podkit.host.probe import VllmInstall, podctl_command
 from podkit.host.readiness import WaitResult, wait_config
@@ -15,10 +16,17 @@ from podkit.settings import PackageSpec, Paths, Settings
 
 
 @operation()
-def venv(package: PackageSpec, paths: Paths, found: VllmInstall | None, venv_python_ok: bool):
+def venv(
+    package: PackageSpec,
+    paths: Paths,
+    found: VllmInstall | None,
+    venv_python_ok: bool,
+    tools: list[PackageSpec] = (),
+    missing_tools: list[PackageSpec] = (),
+):
     """
     Ensure a vLLM of the pinned version is there, installing it into the venv on the volume,
-    and that the venv holds nothing that breaks it.
+    with Caddy and supervisord beside it, and that the venv holds nothing that breaks it.
 
     A matching vLLM in the system Python (e.g. the ``vllm/vllm-openai`` image)
     is used as it is; otherwise the venv on the volume gets the package, so a
@@ -32,6 +40,8 @@ def venv(package: PackageSpec, paths: Paths, found: VllmInstall | None, venv_pyt
     + found: the install that already satisfies ``package``, if any (with the torch and
       ``nvidia-*`` distributions beside it: ``VllmInstall.foreign`` names those that break it)
     + venv_python_ok: whether the venv's interpreter exists and runs
+    + tools: the pinned Caddy and supervisord specs (installed with vLLM into the venv)
+    + missing_tools: those of ``tools`` the venv lacks (installed alone when vLLM is there)
 
     **Example:**
 
@@ -49,12 +59,15 @@ def venv(package: PackageSpec, paths: Paths, found: VllmInstall | None, venv_pyt
         yield f"{python} -m pip uninstall --disable-pip-version-check -y -q {names}"
         return
     if found is not None:
-        host.noop(f"{package} is installed ({found.where}: {found.vllm_bin})")
+        if missing_tools:
+            yield install_command(None, paths, recreate=False, tools=list(missing_tools))
+            return
+        host.noop(f"{package} is installed ({found.where}: {found.vllm_bin}), with {', '.join(map(str, tools))}")
         return
-    yield install_command(package, paths, recreate=not venv_python_ok)
+    yield install_command(package, paths, recreate=not venv_python_ok, tools=list(tools))
 
 
-def _wait_ready(state, host, settings: Settings, window: float = 15.0) -> bool:
+def _wait_ready(state, host, settings: Settings, pin: bool = False, window: float = 15.0) -> bool:
     start = time.monotonic()
     while True:
         elapsed = time.monotonic() - start
@@ -68,6 +81,8 @@ def _wait_ready(state, host, settings: Settings, window: float = 15.0) -> bool:
         elapsed = time.monotonic() - start
         if result.ready:
             host.log(f"vLLM answers /health and lists {settings.served_model_name!r} after {elapsed:.0f}s")
+            if pin and result.ca_root:
+                host.log(f"pinned the edge's CA certificate: {pin_ca(host.name, result.ca_root)}")
             return True
         if result.hopeless or elapsed >= settings.ready_timeout:
             host.log_styled(result.failure(settings, elapsed), fg="red", log_func=logger.error)
@@ -78,15 +93,17 @@ def _wait_ready(state, host, settings: Settings, window: float = 15.0) -> bool:
 
 
 @operation(is_idempotent=False)
-def endpoint(settings: Settings, ready: bool):
+def endpoint(settings: Settings, ready: bool, pin: bool = False):
     """
-    Ensure the server answers ``/health`` and lists the served model (with the key).
+    Ensure the server answers ``/health`` and lists the served model (with the key), and the
+    edge answers ``/health``.
 
     Polls from the host itself, so it works whether or not the port is exposed,
     prints progress, and on failure names the cause found in the server log.
 
     + settings: the host's settings (port, served name, timeout, paths)
     + ready: the probe found the server ready and nothing has been restarted since
+    + pin: keep the edge CA's root certificate on the controller once it exists (internal TLS)
 
     **Example:**
 
@@ -100,4 +117,4 @@ def endpoint(settings: Settings, ready: bool):
     if ready:
         host.noop(f"vLLM on port {settings.port} answers and lists {settings.served_model_name!r}")
         return
-    yield FunctionCommand(_wait_ready, (settings,), {})
+    yield FunctionCommand(_wait_ready, (settings,), {"pin": pin})

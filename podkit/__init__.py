@@ -45,3 +45,9 @@ PROJECT_ROOT = _find_project_root()
 def project_path(path: str) -> Path:
     """A path from the settings: absolute as given, relative ones from the project root."""
     return Path(path) if Path(path).is_absolute() else PROJECT_ROOT / path
+
+
+def state_dir() -> Path:
+    """The controller's state folder (pinned SSH host keys, edge CA certificates): ``.podkit/`` in
+    the project (git-ignored) unless ``$PODKIT_STATE_DIR`` says otherwise."""
+    return Path(os.environ.get("PODKIT_STATE_DIR") or PROJECT_ROOT / ".podkit")

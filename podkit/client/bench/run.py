@@ -104,9 +104,10 @@ class Bench:
         server: ServerInfo | None = None,
         usd_per_hour: float | None = None,
         cost_source: str | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self.host = host
-        self.api = VllmApi(base_url, api_key, model, options.timeout)
+        self.api = VllmApi(base_url, api_key, model, options.timeout, ca_file=ca_file)
         self.base_url = self.api.base_url
         self.model = model
         self.options = options

@@ -178,7 +178,7 @@ def run_host(
     info = describe(target.name, target.settings, target.run)
     generation_config, origin = generation_config_of(info)
     profiles = resolve_profiles(profile_names, generation_config, origin)
-    endpoint = Endpoint.of(VllmApi(target.url, target.key, target.model, timeout), max_tokens)
+    endpoint = Endpoint.of(VllmApi(target.url, target.key, target.model, timeout, ca_file=target.ca_file), max_tokens)
     try:
         results = evaluate(endpoint, profiles, tasks, runs, progress)
     except Unreachable as exc:

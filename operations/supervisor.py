@@ -1,5 +1,5 @@
-"""Operations for what keeps the vLLM server running: podkit's runner (the default, no
-systemd, no root) or a systemd unit (``podkit_supervisor = "systemd"``)."""
+"""Operations for what keeps vLLM and the edge running: supervisord from the venv (the default,
+no systemd, no root) or two systemd units (``podkit_supervisor = "systemd"``)."""
 
 from __future__ import annotations
 
@@ -12,38 +12,74 @@ from pyinfra.api import FunctionCommand, operation
 from podkit.host.probe import orphan_line, podctl_command
 
 
-@operation()
-def service(runner_script: str, running: bool, restarted: bool = False, present: bool = True):
-    """
-    Ensure the runner supervises the server, restarting it only when asked.
+def _supervise(state, host, cfg: dict) -> bool:
+    status, output = host.run_shell_command(podctl_command("supervise", cfg), print_output=False)
+    try:
+        result = json.loads(output.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        result = {"ok": False, "error": output.stderr[-300:] or "podctl printed nothing"}
+    if not status or not result.get("ok"):
+        host.log_styled(
+            f"supervisord: {result.get('error')}; see {cfg['supervisord_log']} and re-apply",
+            fg="red",
+            log_func=logger.error,
+        )
+        return False
+    for line in result.get("done", []):
+        host.log(line)
+    return True
 
-    + runner_script: path of ``runner.sh`` on the host
-    + running: whether the probe found the runner alive
-    + restarted: restart a running runner (its files changed)
-    + present: False when systemd supervises instead: stop a runner left running
+
+@operation(is_idempotent=False)
+def programs(
+    config: dict,
+    running: bool,
+    programs: dict[str, str],
+    reload: bool = False,
+    restart: list[str] = (),
+):
+    """
+    Ensure supervisord runs vLLM and the edge from the current files, restarting only what changed.
+
+    supervisord (PyPI ``supervisor``, in the venv) is started when it is not running (it
+    starts both programs); restarted when its own config changed; otherwise each program
+    in ``restart`` is restarted, and a program left stopped (FATAL after its retries) is
+    started. Starts do not wait for vLLM: readiness is the next operation.
+
+    + config: podctl's supervise config (``server_config`` plus ``supervisord_log``)
+    + running: the probe found this config's supervisord running
+    + programs: the probe's ``{program: state}``
+    + reload: supervisord.conf changed: stop supervisord and its programs, start it again
+    + restart: programs whose files changed (``vllm``, ``edge``)
 
     **Example:**
 
     .. code:: python
 
-        runner.service(
-            name="Ensure the runner serves the current launch script",
-            runner_script=paths.runner_script, running=True, restarted=launch.will_change,
+        supervisor.programs(
+            name="Ensure supervisord runs vLLM and the edge from the current files",
+            config=cfg, running=True, programs={"vllm": "RUNNING", "edge": "RUNNING"}, restart=["vllm"],
         )
     """
-    script = shlex.quote(runner_script)
-    if not present:
-        if running:
-            yield f"{script} stop"
-        else:
-            host.noop("podkit's runner is not running (systemd supervises vLLM)")
+    stopped = [name for name in ("vllm", "edge") if programs.get(name) not in ("RUNNING", "STARTING", "BACKOFF")]
+    if running and not reload and not restart and not stopped:
+        host.noop("supervisord runs vLLM and the edge from the current files")
         return
-    if not running:
-        yield f"{script} stop >/dev/null && {script} start"
-    elif restarted:
-        yield f"{script} restart"
-    else:
-        host.noop("the runner serves the current launch script, env file and key")
+    yield FunctionCommand(_supervise, ({**config, "reload": bool(running and reload), "restart": list(restart)},), {})
+
+
+@operation()
+def legacy_runner(runner_script: str, pid: int | None):
+    """
+    Ensure podkit's own runner (before supervisord) is stopped, with the server it ran: it holds the port.
+
+    + runner_script: its ``bin/runner.sh``
+    + pid: the probe's pid of a runner still running (None: nothing to stop)
+    """
+    if pid is None:
+        host.noop("no runner from an older podkit runs")
+        return
+    yield f"/bin/sh {shlex.quote(runner_script)} stop && rm -f {shlex.quote(runner_script)}"
 
 
 def _sudo(as_root: bool) -> str:
@@ -69,7 +105,7 @@ def unit(source: str, path: str, current_sha256: str | None, sha256: str, as_roo
 
     .. code:: python
 
-        runner.unit(
+        supervisor.unit(
             name="Ensure systemd has the current podkit-vllm.service",
             source=paths.unit_copy, path=UNIT_PATH,
             current_sha256=pod.files.get(UNIT_PATH), sha256=files["unit"].sha256,
@@ -93,14 +129,14 @@ def unit_service(
     + enabled: whether the probe found it enabled (started at boot)
     + up: whether the probe found it active (or starting)
     + restarted: restart it (its files changed)
-    + present: False when podkit's runner supervises instead: stop and disable a unit left from before
+    + present: False when supervisord supervises instead: stop and disable a unit left from before
     + as_root: the SSH user is root (no sudo)
 
     **Example:**
 
     .. code:: python
 
-        runner.unit_service(
+        supervisor.unit_service(
             name="Ensure podkit-vllm.service serves the current launch script",
             unit="podkit-vllm.service", enabled=True, up=True, restarted=launch.will_change,
         )
@@ -111,13 +147,13 @@ def unit_service(
         if enabled or up:
             yield f"{systemctl} disable --now {name}"
         else:
-            host.noop(f"{unit} is neither enabled nor running (podkit's runner supervises vLLM)")
+            host.noop(f"{unit} is neither enabled nor running (supervisord supervises)")
         return
     commands = [] if enabled else [f"{systemctl} enable {name}"]
     if restarted or not up:
         commands.append(f"{systemctl} restart {name}")
     if not commands:
-        host.noop(f"{unit} is enabled and serves the current launch script, env file and key")
+        host.noop(f"{unit} is enabled and runs from the current files")
         return
     yield " && ".join(commands)
 
@@ -155,8 +191,8 @@ def orphans(found: list[dict]):
 
     A server killed with SIGKILL (the OOM killer's way) leaves its ``VLLM::EngineCore``
     re-parented to PID 1, holding its memory (GPU memory on a GPU host), so the next
-    server would run out of it. The runner now ends the server's whole process group;
-    this stops what an older runner, or a crash of the runner itself, left behind.
+    server would run out of it. The launch script ends its whole process group when vLLM
+    ends; this stops what a killed launch script, or an older podkit, left behind.
     Each is stopped only if it is still that very process (pid and start time), with
     everything under it: SIGTERM, then SIGKILL after 10 s.
 
@@ -166,7 +202,7 @@ def orphans(found: list[dict]):
 
     .. code:: python
 
-        runner.orphans(name="Ensure no vLLM engine outlives its server", found=pod.orphans)
+        supervisor.orphans(name="Ensure no vLLM engine outlives its server", found=pod.orphans)
     """
     if not found:
         host.noop("no vLLM engine outlived its server")
