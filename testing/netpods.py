@@ -132,7 +132,7 @@ class NetnsPod:
 
 def stand_in_inventory(folder: Path, box, client_key: Path, port: int = 8000) -> Path:
     """The real ``inventories/runpod.py``, copied into ``folder`` beside a ``group_data/runpod.py``
-    that serves the sandbox ``box``'s tiny model with the sandbox's CPU settings, on every
+    that serves the sandbox ``box``'s tiny model with the sandbox's CPU settings, its edge on every
     interface at ``port`` (the controller reaches it through the pod's address), logging in
     with ``client_key``. Returns the inventory's path (pyinfra reads group_data beside it)."""
     from podkit import PROJECT_ROOT
@@ -143,9 +143,9 @@ def stand_in_inventory(folder: Path, box, client_key: Path, port: int = 8000) ->
     (inventory.parent / "group_data" / "runpod.py").write_text(
         (PROJECT_ROOT / "group_data" / "sandbox.py").read_text()
         + f"""
-# a stand-in pod: vLLM on the pod's own address, the sandbox's model and key
-vllm_host = "0.0.0.0"
-vllm_port = {port}
+# a stand-in pod: the edge on the pod's own address, the sandbox's model and key
+podkit_public = True
+podkit_edge_port = {port}
 vllm_model = {str(box.model_dir)!r}
 vllm_served_model_name = "tiny-coder"
 podkit_api_key_file = {str(box.api_key_file)!r}

@@ -411,11 +411,15 @@ def edge_health(cfg):
 
 
 def port_listening(cfg):
-    host = local_address(cfg["host"])
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex((host, cfg["port"])) == 0
+    """Whether something listens on vLLM's loopback port, and on the edge's ({"vllm", "edge"})."""
+    found = {}
+    for name, port in (("vllm", cfg["port"]), ("edge", (cfg.get("edge") or {}).get("port"))):
+        if not port:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.settimeout(0.5)
+            found[name] = sock.connect_ex(("127.0.0.1", port)) == 0
+    return found
 
 
 def log_lines(path, count):
@@ -1147,13 +1151,19 @@ def key_leaks(cfg):
             argv.append({"pid": int(pid), "program": "?" if key in program else program})
     result = {"argv": argv, "processes": processes, "unreadable": unreadable}
     logs = [path for log in (cfg.get("logs") or [cfg.get("log_file")]) if log for path in rotated(log)]
+    folders = [(folder, files_under([folder])) for folder in cfg.get("folders") or []]
     for name, paths in (
         ("log", logs),
-        ("scripts", (cfg.get("scripts") or []) + files_under(cfg.get("folders") or [])),
+        ("scripts", (cfg.get("scripts") or []) + [path for _, inside in folders for path in inside]),
     ):
         scanned = [lines_with(needle, path) for path in paths]
         result[name] = [hit for hit in scanned if hit and hit["count"]]
         result[name + "_searched"] = [hit["file"] for hit in scanned if hit]
+    # a folder's files are named by the folder: "edge (12 files)"
+    inside = set(path for _, files in folders for path in files)
+    result["scripts_searched"] = [p for p in result["scripts_searched"] if p not in inside] + [
+        "%s (%d files)" % (folder.rstrip("/"), len(files)) for folder, files in folders
+    ]
     return result
 
 

@@ -71,7 +71,7 @@ class Sandbox:
     state_file = property(lambda self: self.state_dir / "sandbox.json")
     api_key_file = property(lambda self: self.state_dir / "api_key")
     supervisord_conf = property(lambda self: self.volume / "podkit" / "bin" / "supervisord.conf")
-    supervisorctl = property(lambda self: self.volume / "podkit" / "venv" / "bin" / "supervisorctl")
+    supervisorctl_bin = property(lambda self: self.volume / "podkit" / "venv" / "bin" / "supervisorctl")
 
     def _saved(self) -> dict[str, Any] | None:
         try:
@@ -108,7 +108,9 @@ class Sandbox:
 
     def env(self, **extra: str) -> dict[str, str]:
         """Environment for a process that should see this sandbox (not the default one)."""
-        env = {**os.environ, ENV_DIR: str(self.state_dir), "PYTHONUNBUFFERED": "1", **extra}
+        # the controller's state for this sandbox (its edge CA when TLS is on) stays with the sandbox
+        controller = {"PODKIT_STATE_DIR": str(self.state_dir / "controller")}
+        env = {**os.environ, ENV_DIR: str(self.state_dir), "PYTHONUNBUFFERED": "1", **controller, **extra}
         env.pop("PODKIT_API_KEY", None)
         return env
 
@@ -141,32 +143,37 @@ class Sandbox:
             timeout=timeout,
         )
 
-    def _supervisorctl(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess | None:
-        if not (self.supervisord_conf.exists() and self.supervisorctl.exists()):
+    def supervisorctl(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess | None:
+        if not (self.supervisord_conf.exists() and self.supervisorctl_bin.exists()):
             return None
         return subprocess.run(
-            [str(self.supervisorctl), "-c", str(self.supervisord_conf), *args],
+            [str(self.supervisorctl_bin), "-c", str(self.supervisord_conf), *args],
             capture_output=True,
             text=True,
             timeout=timeout,
         )
 
-    def down(self) -> dict[str, Any]:
-        """Stop supervisord (vLLM and the edge) and the sshd; the volume (venv, model) stays."""
-        stopped = self._supervisorctl("shutdown")
-        # shutdown returns once supervisord is asked; wait until its programs are gone
+    def stop_serving(self) -> bool:
+        """Stop supervisord, vLLM and the edge (and wait until they are gone); False when never started."""
+        stopped = self.supervisorctl("shutdown")
+        # shutdown returns once supervisord is asked; wait until it and its programs are gone
         deadline = time.monotonic() + 90
         while stopped is not None and stopped.returncode == 0 and time.monotonic() < deadline:
-            if self._supervisorctl("pid", timeout=10).returncode != 0:
+            if self.supervisorctl("pid", timeout=10).returncode != 0:
                 break
             time.sleep(0.5)
+        return stopped is not None
+
+    def down(self) -> dict[str, Any]:
+        """Stop supervisord (vLLM and the edge) and the sshd; the volume (venv, model) stays."""
+        stopped = self.stop_serving()
         self.sshd.stop()
-        return {"sshd": "stopped", "supervisord": "stopped" if stopped is not None else "never started"}
+        return {"sshd": "stopped", "supervisord": "stopped" if stopped else "never started"}
 
     def status(self) -> dict[str, Any]:
         saved = self._saved() or {}
         sshd = self.sshd.status()
-        status = self._supervisorctl("status", timeout=30)
+        status = self.supervisorctl("status", timeout=30)
         programs = "not installed" if status is None else (status.stdout.strip() or status.stderr.strip())
         return {
             "state_dir": str(self.state_dir),

@@ -76,6 +76,7 @@ class Box:
             "vllm_model": str(self.model),
             "vllm_served_model_name": SERVED_MODEL_NAME,
             "vllm_port": free_port(),
+            "podkit_edge_port": free_port(),
         }
         self.inventory.write_text(
             '"""One bare-metal box (this machine), written by tests/e2e/test_baremetal.py."""\n\n'
@@ -102,9 +103,15 @@ class Box:
         return applied
 
     def stop_server(self) -> None:
-        runner = self.podkit / "bin" / "runner.sh"
-        if runner.exists():
-            subprocess.run(["/bin/sh", str(runner), "stop"], capture_output=True, timeout=120)
+        conf = self.podkit / "bin" / "supervisord.conf"
+        if conf.exists():
+            ctl = self.podkit / "venv" / "bin" / "supervisorctl"
+            subprocess.run([str(ctl), "-c", str(conf), "shutdown"], capture_output=True, timeout=120)
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:
+                if subprocess.run([str(ctl), "-c", str(conf), "pid"], capture_output=True).returncode != 0:
+                    break
+                time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
@@ -197,10 +204,13 @@ def seed_venv(session_venv: Path, venv: Path, user: pwd.struct_passwd) -> set[tu
         for name in files:
             st = os.lstat(os.path.join(folder, name))
             linked.add((st.st_dev, st.st_ino))
-    entry = venv / "bin" / "vllm"  # the CLI's entry point, with this venv's interpreter
-    entry.write_text(f"#!{venv}/bin/python\n" + (session_venv / "bin" / "vllm").read_text().split("\n", 1)[1])
-    entry.chmod(0o755)
-    os.chown(entry, user.pw_uid, user.pw_gid)
+    for name in ("vllm", "supervisord", "supervisorctl"):  # entry points, with this venv's interpreter
+        entry = venv / "bin" / name
+        entry.write_text(f"#!{venv}/bin/python\n" + (session_venv / "bin" / name).read_text().split("\n", 1)[1])
+        entry.chmod(0o755)
+        os.chown(entry, user.pw_uid, user.pw_gid)
+    shutil.copy2(session_venv / "bin" / "caddy", venv / "bin" / "caddy")  # a static binary
+    os.chown(venv / "bin" / "caddy", user.pw_uid, user.pw_gid)
     return linked
 
 
@@ -217,7 +227,7 @@ def owned_by_root(root: Path, except_inodes: set[tuple[int, int]]) -> list[Path]
 
 def server_uids(box: Box) -> dict[str, int]:
     uids = {}
-    for name in ("runner.pid", "vllm.pid"):
+    for name in ("supervisord.pid", "vllm.pid", "edge.pid"):
         pid = int((box.podkit / "run" / name).read_text().split()[0])
         status = Path(f"/proc/{pid}/status").read_text()
         uids[name] = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
@@ -251,7 +261,7 @@ def test_sudo_makes_the_volume_root_the_users_and_the_user_serves(box, pod):
         list((box.podkit / "venv").glob("lib/python3.*/site-packages/vllm-*+cpu.dist-info"))[0].stat().st_uid
         == user.pw_uid
     )
-    assert server_uids(box) == {"runner.pid": user.pw_uid, "vllm.pid": user.pw_uid}
+    assert server_uids(box) == {"supervisord.pid": user.pw_uid, "vllm.pid": user.pw_uid, "edge.pid": user.pw_uid}
     assert stat.S_IMODE(box.api_key_file.stat().st_mode) == 0o600
     assert stat.S_IMODE((box.podkit / "secrets" / "api_key").stat().st_mode) == 0o600
 

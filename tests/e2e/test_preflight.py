@@ -23,7 +23,7 @@ def box(tmp_path):
 
 
 def test_port_held_by_a_stranger_stops_the_host_before_install(box):
-    port = json.loads(box.state_file.read_text())["vllm_port"]
+    port = json.loads(box.state_file.read_text())["edge_port"]
     with socket.socket() as stranger:
         stranger.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         stranger.bind(("127.0.0.1", port))
@@ -31,7 +31,7 @@ def test_port_held_by_a_stranger_stops_the_host_before_install(box):
         applied = box.apply()
     assert applied.rc != 0
     assert f"preflight: port {port} is already in use by a process podkit did not start" in applied.stderr
-    assert "stop it or set vllm_port" in applied.stderr
+    assert "stop it or set podkit_edge_port" in applied.stderr
     assert not (box.volume / "podkit").exists(), "nothing may be created on a host that fails preflight"
     assert len(applied.sessions) == 1, "one probe, nothing else"
 

