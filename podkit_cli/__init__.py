@@ -24,6 +24,8 @@ def cli():
 
 def _register() -> None:
     from . import bench, cache, evaluate, key, plan, sandbox, verify
+    from .client import client as client_command
+    from .tunnel import tunnel as tunnel_command
 
     cli.add_command(sandbox.sandbox)
     cli.add_command(verify.verify)
@@ -32,6 +34,8 @@ def _register() -> None:
     cli.add_command(bench.bench)
     cli.add_command(evaluate.eval_group)
     cli.add_command(key.key)
+    cli.add_command(client_command)
+    cli.add_command(tunnel_command)
 
 
 _register()

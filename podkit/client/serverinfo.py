@@ -43,7 +43,7 @@ class ServerInfo:
     #: None when the server does not serve a folder on the host
     generation_config: dict[str, Any] | None = None
     #: who listens on the served port (podctl's ``listener``): port, held, podkit (the server the
-    #: runner or unit started holds it), pid, program, user; None when the host was not read
+    #: edge supervisord or the unit started holds it), pid, program, user; None when the host was not read
     listener: dict[str, Any] | None = None
     #: vLLM engines of this volume that outlived their server (podctl's ``orphans``): pid, title,
     #: rss_bytes, gpu_mib; they hold memory the next server needs
@@ -137,7 +137,7 @@ def describe(host: str, settings: Settings, run: Run, leaks: bool = False) -> Se
 def key_refusal(info: ServerInfo) -> str | None:
     """Why the API key must not be sent to the served port, or None when podkit's server holds it.
 
-    Only the server podkit's runner (or unit) started may receive the key: a process that took
+    Only the edge podkit's supervisor started may receive the key: a process that took
     the port meanwhile would be handed it, and would answer as if the server ran without auth.
     """
     where = info.listener
@@ -157,4 +157,4 @@ def key_refusal(info: ServerInfo) -> str | None:
         who = f"pid {where['pid']} ({where.get('program') or '?'})"
     else:
         who = f"a process of user {where.get('user') or '?'} that the SSH user cannot see"
-    return f"port {port} on {info.host} is held by {who}, not by podkit's server: stop it or change vllm_port; the key was not sent"
+    return f"port {port} on {info.host} is held by {who}, not by podkit's edge: stop it or change podkit_edge_port; the key was not sent"

@@ -98,7 +98,7 @@ def _supervisor_problems(settings: Settings, state: HostState) -> list[str]:
     if wants_systemd and not state.systemd:
         return [
             "podkit_supervisor is 'systemd' but this host does not run systemd (no /run/systemd/system); "
-            "set podkit_supervisor = 'runner'"
+            "set podkit_supervisor = 'supervisord'"
         ]
     if state.root or state.sudo.get("ok"):
         return []
@@ -106,7 +106,7 @@ def _supervisor_problems(settings: Settings, state: HostState) -> list[str]:
     if wants_systemd:
         return [
             f"{state.user} needs sudo to install and drive {UNIT_NAME}, and {failed}; "
-            f"{_sudo_fix(state)}, or set podkit_supervisor = 'runner'"
+            f"{_sudo_fix(state)}, or set podkit_supervisor = 'supervisord'"
         ]
     if state.unit is not None and state.unit.present:
         return [

@@ -30,6 +30,18 @@ from podkit.plan.parsers import parser_problem, plugin_flag
 from podkit.settings import Settings
 
 AUTO = "auto"
+# Hermes Agent, the coding agent many of podkit's users run, refuses a smaller context.
+HERMES_MIN_CONTEXT = 64000
+
+
+def context_note(max_model_len: int | str | None) -> str | None:
+    """A warning (not a failure) when the served context is below Hermes Agent's minimum."""
+    if isinstance(max_model_len, int) and max_model_len < HERMES_MIN_CONTEXT:
+        return (
+            f"warning: a context of {max_model_len} tokens is below the {HERMES_MIN_CONTEXT:,} Hermes Agent "
+            "needs; set vllm_max_model_len = 65536 if it is your client"
+        )
+    return None
 
 
 @dataclass
@@ -54,7 +66,8 @@ class HostPlan:
                 f"({p.max_concurrency}x), TP {self.tensor_parallel_size}"
             )
         parts.append(f"parser {self.tool_call_parser or 'none'}")
-        return "; ".join(parts)
+        note = context_note(p.max_model_len if p is not None else self.max_model_len)
+        return "; ".join(parts + ([note] if note else []))
 
 
 def hardware_of(state: HostState) -> Hardware | None:

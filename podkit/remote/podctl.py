@@ -1335,6 +1335,17 @@ def supervise(cfg):
     run_dir = cfg["run_dir"]
     done = []
     pid = supervisord_pid(sup)
+    if pid and not cfg.get("reload"):
+        try:  # a supervisord still shutting down (someone ran supervisorctl shutdown): let it end, then start
+            shutting = supervisord_rpc(sup["socket"], 10).supervisor.getState()["statename"] == "SHUTDOWN"
+        except (OSError, xmlrpc.client.Error):
+            shutting = True
+        if shutting:
+            deadline = time.time() + 90
+            while starttime(pid) is not None and time.time() < deadline:
+                time.sleep(0.2)
+            if starttime(pid) is None:
+                pid = None
     if pid and cfg.get("reload"):
         try:
             supervisord_rpc(sup["socket"], 90).supervisor.shutdown()

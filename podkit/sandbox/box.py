@@ -155,13 +155,16 @@ class Sandbox:
 
     def stop_serving(self) -> bool:
         """Stop supervisord, vLLM and the edge (and wait until they are gone); False when never started."""
+        pid_file = self.volume / "podkit" / "run" / "supervisord.pid"
+        try:
+            pid = int(pid_file.read_text().strip())
+        except (OSError, ValueError):
+            pid = None
         stopped = self.supervisorctl("shutdown")
-        # shutdown returns once supervisord is asked; wait until it and its programs are gone
+        # shutdown returns once supervisord is asked; wait until it (after its programs) is gone
         deadline = time.monotonic() + 90
-        while stopped is not None and stopped.returncode == 0 and time.monotonic() < deadline:
-            if self.supervisorctl("pid", timeout=10).returncode != 0:
-                break
-            time.sleep(0.5)
+        while pid and stopped is not None and time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+            time.sleep(0.2)
         return stopped is not None
 
     def down(self) -> dict[str, Any]:

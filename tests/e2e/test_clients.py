@@ -34,7 +34,9 @@ Facts these tests rely on (hermes-agent 0.19.0, seen against a stand-in server):
 import json
 import os
 import sqlite3
+import ssl
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -177,6 +179,18 @@ def assert_no_key(proc: subprocess.CompletedProcess, key: str, *paths: Path):
         assert key not in path.read_text(errors="replace"), path
 
 
+def served_max_model_len(client_settings: dict) -> int:
+    """What the endpoint itself reports for the model (vLLM's /v1/models has max_model_len)."""
+    request = urllib.request.Request(
+        client_settings["base_url"] + "/models", headers={"Authorization": f"Bearer {client_settings['key']}"}
+    )
+    context = ssl.create_default_context(cafile=client_settings["ca_file"]) if client_settings["ca_file"] else None
+    with urllib.request.urlopen(request, timeout=30, context=context) as response:
+        models = json.load(response)["data"]
+    (served,) = [m for m in models if m["id"] == client_settings["model"]]
+    return served["max_model_len"]
+
+
 # --- Hermes Agent ---------------------------------------------------------------------------
 
 
@@ -191,6 +205,8 @@ def hermes_home(tmp_path: Path, client_settings: dict) -> Path:
     assert model["api_key"] == "${PODKIT_API_KEY}"
     assert client_settings["key"] not in client_settings["hermes_yaml"]
     assert model["context_length"] == client_settings["context_length"] >= HERMES_MIN_CONTEXT
+    # Hermes believes model.context_length over the server: a wrong one is only caught here
+    assert model["context_length"] == served_max_model_len(client_settings)
     # without max_tokens Hermes' custom provider asks for 65,536 output tokens, more than fits
     assert 0 < model["max_tokens"] < model["context_length"]
     model["max_tokens"] = min(model["max_tokens"], 64)

@@ -94,7 +94,7 @@ def test_a_stream_passes_through_the_edge_as_it_is_made(serving):
         for line in response:
             if line.startswith(b"data: ") and line.strip() != b"data: [DONE]":
                 arrivals.append(time.monotonic() - start)
-    assert len(arrivals) >= 40, len(arrivals)
+    assert len(arrivals) >= 10, len(arrivals)
     # unbuffered: the first chunk came well before the last (a buffering proxy sends them together)
     assert arrivals[0] < arrivals[-1] * 0.8, (arrivals[0], arrivals[-1])
 
@@ -163,13 +163,12 @@ def test_verify_fails_on_a_server_started_by_hand_without_the_edge(serving):
     argv = [str(venv / "bin" / "vllm"), "serve", str(pod.box.model_dir), "--served-model-name", "tiny-coder"]
     argv += ["--host", "0.0.0.0", "--port", str(edge), "--max-model-len", "4096", "--enforce-eager"]
     argv += ["--kv-cache-memory-bytes", "64M", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
-    by_hand = subprocess.Popen(
-        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
+    log = open(pod.box.state_dir / "by-hand.log", "w")  # noqa: SIM115 (closed below)
+    by_hand = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
         while request_ok(f"http://127.0.0.1:{edge}/health") is False and time.monotonic() < deadline:
-            assert by_hand.poll() is None, "the server started by hand exited"
+            assert by_hand.poll() is None, (pod.box.state_dir / "by-hand.log").read_text()[-3000:]
             time.sleep(1)
         proc = pod.cli("verify", "inventories/sandbox.py", "--json")
         report = json.loads(proc.stdout)["sandbox"]
@@ -178,8 +177,12 @@ def test_verify_fails_on_a_server_started_by_hand_without_the_edge(serving):
         assert "/invocations" in found["edge refuses the rest"]["detail"], found["edge refuses the rest"]
         assert not found["port held by podkit"]["ok"]  # and the key was not sent to it
     finally:
-        os.killpg(by_hand.pid, signal.SIGKILL)
+        try:
+            os.killpg(by_hand.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         by_hand.wait(timeout=30)
+        log.close()
         restored = pod.apply()
         assert restored.rc == 0, restored.stderr[-3000:]
 

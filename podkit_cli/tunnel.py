@@ -1,0 +1,237 @@
+"""``podkit tunnel``: each host's edge on 127.0.0.1 here, through the SSH the deploy uses."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import click
+
+from podkit import PROJECT_ROOT
+from podkit.client.connect import CLIENTS, ConnectError, ssh_forward_argv, through_tunnel
+
+from .client import BadInput, client_settings, emit_settings, say
+from .hosts import load_targets
+from .output import host_option
+
+#: seconds ssh gets to log in and open the forward
+OPEN_TIMEOUT = 45.0
+
+
+class TunnelClosed(click.ClickException):
+    """An ssh forward ended (exit 3): the host, ssh's status and its last line."""
+
+    exit_code = 3
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on at 127.0.0.1 now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class Forward:
+    """One ``ssh -N -L`` child: its host, local port and the last lines it wrote on stderr."""
+
+    def __init__(self, host: str, argv: list[str], local_port: int) -> None:
+        self.host, self.local_port = host, local_port
+        self.lines: collections.deque[str] = collections.deque(maxlen=20)
+        try:
+            # its own session: Ctrl-C reaches podkit, which then ends ssh (not ssh first, as an error)
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                errors="replace",
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise click.ClickException(
+                f"cannot run OpenSSH's ssh ({exc.strerror or exc}): install openssh-client"
+            ) from None
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            if line.strip():
+                self.lines.append(line.strip())
+
+    def closed(self) -> TunnelClosed:
+        self._reader.join(timeout=2)
+        last = self.lines[-1] if self.lines else "it wrote nothing"
+        return TunnelClosed(f"{self.host}: ssh exited (status {self.proc.returncode}): {last}")
+
+    def answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.local_port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    def wait_open(self, timeout: float = OPEN_TIMEOUT) -> None:
+        """Until 127.0.0.1:local_port accepts a connection; :class:`TunnelClosed` when ssh exits first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise self.closed()
+            if self.answers():
+                return
+            if time.monotonic() > deadline:
+                raise TunnelClosed(
+                    f"{self.host}: ssh opened no forward on 127.0.0.1:{self.local_port} within {timeout:.0f} s"
+                    + (f" ({self.lines[-1]})" if self.lines else "")
+                )
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _health(cs) -> str | None:
+    """Why /health does not answer through the tunnel, else None."""
+    from podkit.client.api import VllmApi
+
+    answer = VllmApi(cs.base_url[: -len("/v1")], "", cs.model, ca_file=cs.ca_file).fetch(
+        "/health", key=False, timeout=10
+    )
+    if answer.ok:
+        return None
+    return f"HTTP {answer.status}" if answer.status is not None else answer.error or "no answer"
+
+
+def _opened(name: str, edge_port: int, forward: Forward, cs) -> list[str]:
+    """What to say once ``forward`` is open: where it goes, and whether the edge answers through it."""
+    lines = [f"{name}: 127.0.0.1:{forward.local_port} here -> its port {edge_port}, over ssh"]
+    why = _health(cs)
+    if why:
+        time.sleep(0.2)  # ssh says why the forwarded connection failed, if it knows
+        ssh_said = f"; ssh: {forward.lines[-1]}" if forward.lines else ""
+        lines.append(f"{name}: the tunnel is open but /health does not answer through it ({why}{ssh_said})")
+    return lines
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM ends the tunnel as Ctrl-C does (exit 0, ssh children ended)."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@click.command("tunnel")
+@click.argument("inventory")
+@host_option
+@click.option(
+    "--local-port",
+    type=click.IntRange(1, 65535),
+    help="Port on 127.0.0.1 here (one host only); default: a free one per host.",
+)
+@click.option("--for", "client", type=click.Choice(CLIENTS), help="Print this client's settings (as podkit client).")
+@click.option("--json", "as_json", is_flag=True, help="Print the settings as a JSON list.")
+def tunnel(inventory, host_names, local_port, client, as_json):
+    """Reach each host's edge on 127.0.0.1 here, through SSH. Runs until Ctrl-C.
+
+    For each host, runs OpenSSH's ssh -N -L 127.0.0.1:LOCAL:127.0.0.1:EDGE_PORT
+    with the host's own SSH data (address, port, user, key, known_hosts
+    file and host-key policy, as the deploy connects). Once the forward
+    answers, prints the client settings for the local address (as podkit
+    client prints them; --for and --json too): plain HTTP when the edge
+    serves plain HTTP, else HTTPS with the pinned CA (the edge's certificate
+    names 127.0.0.1). Useful when the edge listens on loopback only
+    (podkit_public = False) or behind RunPod's proxy, which cuts a quiet
+    request after about 100 s.
+
+    \b
+    Exit codes: 0 closed with Ctrl-C (or SIGTERM), 1 error, 2 bad input,
+    3 ssh exited (its last line says why).
+
+    \b
+    podkit tunnel inventories/runpod.py --host coder-1
+    podkit tunnel inventories/baremetal.py --host gpu-box-1 --local-port 18000 --for env
+    """
+    if as_json and client:
+        raise BadInput("--json and --for print different things: choose one")
+    targets = load_targets(inventory, host_names)
+    if local_port is not None and len(targets) > 1:
+        raise BadInput(f"--local-port is one port but {len(targets)} hosts are selected: pick one with --host")
+    if client and client != "llm" and len(targets) > 1:
+        raise BadInput(
+            f"--for {client} writes one host's settings but {len(targets)} are selected: pick one with --host"
+        )
+    if local_port is not None and not port_is_free(local_port):
+        raise BadInput(f"127.0.0.1:{local_port} is in use here: pick another --local-port, or leave it out")
+    ports: list[int] = []
+    while len(ports) < len(targets):
+        port = local_port or free_port()
+        if port not in ports:
+            ports.append(port)
+    settings = []
+    for (cs, problem), port in zip(client_settings(targets), ports):
+        if client == "hermes" and problem:
+            raise click.ClickException(problem + "; Hermes needs it: set vllm_max_model_len to a number")
+        try:
+            settings.append((through_tunnel(cs, port), problem))
+        except ConnectError as exc:
+            raise click.ClickException(str(exc)) from None
+    argvs = []
+    for target, port in zip(targets, ports):
+        try:
+            argvs.append(ssh_forward_argv(target.name, target.data, port, target.settings.edge_port, PROJECT_ROOT))
+        except ConnectError as exc:
+            raise click.ClickException(str(exc)) from None
+
+    forwards: list[Forward] = []
+    with _sigterm_as_interrupt():
+        try:
+            for target, argv, port in zip(targets, argvs, ports):
+                forwards.append(Forward(target.name, argv, port))
+            for forward in forwards:
+                forward.wait_open()
+            for target, forward, (cs, _) in zip(targets, forwards, settings):
+                say(_opened(target.name, target.settings.edge_port, forward, cs))
+            emit_settings(settings, {t.name: t.key for t in targets}, client, as_json, show_key=False)
+            say(["Ctrl-C closes the tunnel"])
+            while True:
+                for forward in forwards:
+                    if forward.proc.poll() is not None:
+                        raise forward.closed()
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            say(["closing the tunnel"])
+        finally:
+            for forward in forwards:
+                forward.stop()
