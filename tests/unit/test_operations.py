@@ -4,7 +4,8 @@ One JSON file per case under tests/cases/operations/<module>.<operation>/:
 ``args`` in, the ``commands`` the operation must yield out (or the
 ``noop_description`` it must give). Arguments that are objects are built from
 plain JSON by ``ADAPTERS``. The harness runs ``op._inner`` against a fake host.
-Optional: ``diff`` (run as under ``pyinfra --diff``), ``facts`` (what the host
+A function command is written ``{"function": NAME}``, with ``args`` and ``kwargs`` when the case
+lists them (then they must match). Optional: ``diff`` (run as under ``pyinfra --diff``), ``facts`` (what the host
 answers, as pyinfra's cases write them: ``{"files.FileContents": {"path=/x": [...]}}``;
 an operation reading a fact no case lists fails, and every listed one must be
 read) and ``logs`` (the lines it must log, unstyled).
@@ -19,7 +20,7 @@ import pytest
 from pyinfra.api import FileUploadCommand, FunctionCommand
 from pyinfra.context import ctx_host, ctx_state
 
-from operations import checkpoint, interrupt, preflight, runner, vllm, volume
+from operations import checkpoint, interrupt, preflight, supervisor, vllm, volume
 from podkit.host.fetch import FetchSpec
 from podkit.host.probe import VllmInstall
 from podkit.settings import PackageSpec, Paths, Settings
@@ -33,10 +34,11 @@ OPERATIONS = {
     "volume.secret": volume.secret,
     "vllm.venv": vllm.venv,
     "vllm.endpoint": vllm.endpoint,
-    "runner.service": runner.service,
-    "runner.unit": runner.unit,
-    "runner.unit_service": runner.unit_service,
-    "runner.orphans": runner.orphans,
+    "supervisor.programs": supervisor.programs,
+    "supervisor.legacy_runner": supervisor.legacy_runner,
+    "supervisor.unit": supervisor.unit,
+    "supervisor.unit_service": supervisor.unit_service,
+    "supervisor.orphans": supervisor.orphans,
     "preflight.checks": preflight.checks,
     "checkpoint.cache_clean": checkpoint.cache_clean,
     "checkpoint.fetched": checkpoint.fetched,
@@ -46,6 +48,8 @@ ADAPTERS = {
         "package": lambda v: PackageSpec.parse(v, "package"),
         "paths": Paths,
         "found": lambda v: v and VllmInstall(**v),
+        "tools": lambda v: [PackageSpec.parse(spec, "tools") for spec in v],
+        "missing_tools": lambda v: [PackageSpec.parse(spec, "missing_tools") for spec in v],
     },
     "vllm.endpoint": {"settings": lambda v: Settings.from_mapping({**sample_data(), **v})},
     "checkpoint.cache_clean": {"paths": Paths},
@@ -85,11 +89,18 @@ class FakeState:
         return True
 
 
-def describe(command):
+def describe(command, expected=None):
+    """A yielded command as a case writes it; a function's arguments only where ``expected`` lists them."""
     if isinstance(command, FileUploadCommand):
         return {"upload": command.dest, "content": command.src.getvalue()}
     if isinstance(command, FunctionCommand):
-        return {"function": command.function.__name__}
+        described = {"function": command.function.__name__}
+        listed = expected if isinstance(expected, dict) else {}
+        if "args" in listed:
+            described["args"] = list(command.args)
+        if "kwargs" in listed:
+            described["kwargs"] = dict(command.kwargs)
+        return described
     return str(command)
 
 
@@ -109,9 +120,11 @@ def test_operation(path):
     adapters = ADAPTERS.get(path.parent.name, {})
     args = {k: adapters[k](v) if k in adapters else v for k, v in case["args"].items()}
     fake = FakeHost(case.get("facts"))
+    expected = case.get("commands", [])
     with ctx_host.use(fake), ctx_state.use(FakeState(diff=case.get("diff", False))):
-        commands = [describe(c) for c in op._inner(**args)]
-    assert commands == case.get("commands", [])
+        yielded = list(op._inner(**args))
+    commands = [describe(c, expected[i] if i < len(expected) else None) for i, c in enumerate(yielded)]
+    assert commands == expected
     assert fake.noops == ([case["noop_description"]] if "noop_description" in case else [])
     assert fake.logs == case.get("logs", [])
     listed = [(name, key) for name, by_key in case.get("facts", {}).items() for key in by_key]

@@ -154,8 +154,9 @@ class Pod:
         return podctl.supervisord_pid(self.cfg["supervisord"])
 
     def note_session(self):
-        if pid := self.supervisord():
-            self.sessions.add(int(stat_fields(pid)[3]))
+        """Remember supervisord's session (it setsid()s as it daemonizes), to end all of it at the end."""
+        if (pid := self.supervisord()) and (session := int(stat_fields(pid)[3])) != os.getsid(0):
+            self.sessions.add(session)
 
     def programs(self):
         return podctl.supervisord_programs(self.paths.supervisor_socket)
@@ -179,16 +180,12 @@ class Pod:
         return Path(self.paths.run, "crashes").read_text().strip()
 
     def end(self):
-        """supervisord stops its programs (SIGTERM to each group); then SIGKILL to whatever is left."""
+        """SIGKILL to every process of supervisord's sessions (how a stop ends them is tested above)."""
         self.note_session()
-        if pid := self.supervisord():
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 30
-            while live(pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
         for session in self.sessions:
             for pid in in_session(session):
                 os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not any(in_session(s) for s in self.sessions), 10, "every process of the pod gone")
 
 
 @pytest.fixture
@@ -274,6 +271,15 @@ def test_a_server_that_exits_after_its_start_is_restarted_and_its_exit_counted(p
     assert "podkit: vLLM exited with status 137" in log and log.count("podkit: starting vLLM") == 2
 
 
+LAUNCH_SH_OUTLIVES_VLLM = (
+    "podkit bug: launch.sh's members() (templates/launch.sh.j2) runs in a command substitution, a forked "
+    "subshell of launch.sh's own process group, and lists itself: `left` is never empty, so every end of "
+    "vLLM waits the full 10 s and then SIGKILLs the subshell's stale pid. launch.sh outlives startsecs "
+    "(10 s), supervisord counts each quick exit as a good start, and never backs off nor gives up (FATAL)"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=LAUNCH_SH_OUTLIVES_VLLM)
 def test_quick_exits_back_off_then_leave_the_program_fatal_until_supervise_starts_it(pod):
     """A server that exits within its start (a bad flag, no memory) is retried after 1, 2 ... s,
     podkit_start_retries times, then left FATAL: readiness stops waiting and names it, and the next
@@ -282,7 +288,13 @@ def test_quick_exits_back_off_then_leave_the_program_fatal_until_supervise_start
     (box.control / "exit").write_text("3\n")
     began = time.monotonic()
     box.supervise()
-    wait_for(lambda: box.programs().get("vllm") == "FATAL", 30, "vllm FATAL")
+
+    def fatal():
+        state = box.programs().get("vllm")
+        assert state != "RUNNING", "a server that exits at once was taken for started"
+        return state == "FATAL"
+
+    wait_for(fatal, 20, "vllm FATAL")
     took = time.monotonic() - began
     assert took >= 1 + 2, f"no back-off between the quick exits ({took:.1f}s)"
     assert box.log().count("podkit: starting vLLM") == 3, "the first start and podkit_start_retries retries"
@@ -383,11 +395,11 @@ def test_an_engine_left_by_a_server_killed_with_sigkill_is_ended_by_launch_sh(po
     assert int(stat_fields(engine)[2]) == launch_sh == int(stat_fields(launch_sh)[2]), "one group, led by launch.sh"
     os.kill(first, signal.SIGKILL)
     wait_for(lambda: not live(engine), 15, "the old engine to end")
-    second = wait_for(lambda: (p := box.pid("vllm.pid")) and p != first and p, what="a new server")
+    second = wait_for(lambda: (p := box.pid("vllm.pid")) and p != first and p, 20, "a new server")
     new_engine = wait_for(lambda: engine_of(second), what="the new engine")
-    assert box.probe().orphans == []
-    box.rpc().stopProcess("vllm", True)  # what a reload or a shutdown does
-    assert not live(new_engine) and not live(second) and box.pid("vllm.pid") is None
+    assert box.probe().orphans == [] and box.crashes() == "1"
+    box.rpc().stopProcess("vllm", False)  # what a restart, a reload or a shutdown does first: SIGTERM to the group
+    wait_for(lambda: not live(new_engine) and not live(second), 5, "the server and its engine to stop")
     assert box.crashes() == "1", "a stop is no crash"
 
 
@@ -422,3 +434,42 @@ def test_a_volume_path_with_a_semicolon_after_a_space_is_served(pod):
     box = pod(volume="a ;b")
     assert box.supervise()["ok"]
     box.running()
+
+
+# --- launch.sh on its own: started as a group leader, as supervisord and systemd start it ---------
+
+
+def launch_alone(box, vllm_script):
+    """launch.sh in a session of its own with ``vllm_script`` as the vLLM stand-in."""
+    box.stand_in.write_text("#!/bin/sh\n" + vllm_script)
+    log = open(box.paths.log_file, "ab")
+    return subprocess.Popen([box.paths.launch_script], stdout=log, stderr=log, start_new_session=True)
+
+
+@pytest.mark.xfail(strict=True, reason=LAUNCH_SH_OUTLIVES_VLLM)
+def test_launch_sh_ends_as_soon_as_vllm_ended_and_nothing_is_left_of_its_group(pod):
+    box = pod()
+    launch = launch_alone(box, "sleep 0.5\nexit 3\n")
+    try:
+        assert launch.wait(timeout=4) == 3
+    finally:
+        os.killpg(launch.pid, signal.SIGKILL)
+        launch.wait()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="podkit bug: launch.sh (templates/launch.sh.j2) loops `while [ -n \"$(starttime \"$server\")\" ]` "
+    "before its first wait: a vLLM already exited (a zombie: no vllm binary, a bad interpreter) never reaches "
+    "`wait`, so status stays 0: 'vLLM exited with status 0' and exit 0",
+)
+def test_launch_sh_passes_on_the_status_of_a_vllm_that_exits_at_once(pod):
+    box = pod()
+    launch = launch_alone(box, "exit 3\n")
+    try:
+        line = wait_for(lambda: [x for x in box.log().splitlines() if "podkit: vLLM exited" in x], 5, "the exit line")
+        assert line[0].endswith("podkit: vLLM exited with status 3")
+    finally:
+        os.killpg(launch.pid, signal.SIGKILL)
+        launch.wait()
+
