@@ -363,7 +363,7 @@ def ssh_forward_argv(
         argv += ["-i", _ssh_path(_resolve(data["ssh_key"], Path(root))), "-o", "IdentitiesOnly=yes"]
     options = [
         "BatchMode=yes",
-        f"StrictHostKeyChecking=no" or "{strict if strict in _STRICT else 'yes'}",
+        f"StrictHostKeyChecking={strict if strict in _STRICT else 'yes'}",
     ]
     if data.get("ssh_known_hosts_file"):
         known = str(Path(os.path.expanduser(str(data["ssh_known_hosts_file"]))).absolute())

@@ -442,8 +442,16 @@ def test_a_volume_path_with_a_semicolon_after_a_space_is_served(pod):
 def launch_alone(box, vllm_script):
     """launch.sh in a session of its own with ``vllm_script`` as the vLLM stand-in."""
     box.stand_in.write_text("#!/bin/sh\n" + vllm_script)
-    log = open(box.paths.log_file, "ab")
-    return subprocess.Popen([box.paths.launch_script], stdout=log, stderr=log, start_new_session=True)
+    with open(box.paths.log_file, "ab") as log:
+        return subprocess.Popen([box.paths.launch_script], stdout=log, stderr=log, start_new_session=True)
+
+
+def end_group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 @pytest.mark.xfail(strict=True, reason=LAUNCH_SH_OUTLIVES_VLLM)
@@ -453,8 +461,7 @@ def test_launch_sh_ends_as_soon_as_vllm_ended_and_nothing_is_left_of_its_group(p
     try:
         assert launch.wait(timeout=4) == 3
     finally:
-        os.killpg(launch.pid, signal.SIGKILL)
-        launch.wait()
+        end_group(launch)
 
 
 @pytest.mark.xfail(
@@ -470,6 +477,5 @@ def test_launch_sh_passes_on_the_status_of_a_vllm_that_exits_at_once(pod):
         line = wait_for(lambda: [x for x in box.log().splitlines() if "podkit: vLLM exited" in x], 5, "the exit line")
         assert line[0].endswith("podkit: vLLM exited with status 3")
     finally:
-        os.killpg(launch.pid, signal.SIGKILL)
-        launch.wait()
+        end_group(launch)
 
