@@ -186,6 +186,12 @@ units = {
     EDGE_UNIT_NAME: ("edge_unit", EDGE_UNIT_PATH, restart_edge, pod.edge_unit or Unit(EDGE_UNIT_NAME)),
 }
 if systemd:
+    supervisor.supervisord_stopped(
+        name="Ensure no supervisord runs (systemd supervises vLLM and the edge)",
+        supervisorctl=f"{paths.venv}/bin/supervisorctl",
+        conf=paths.supervisord_conf,
+        pid=pod.supervisord_left,
+    )
     for unit_name, (role, unit_path, restart, unit) in units.items():
         managed(f"Ensure the volume holds the current {unit_name}", role)
         installed_unit = supervisor.unit(

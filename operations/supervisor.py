@@ -69,6 +69,24 @@ def programs(
 
 
 @operation()
+def supervisord_stopped(supervisorctl: str, conf: str, pid: int | None):
+    """
+    Ensure no supervisord runs (systemd supervises): one left from before holds the ports.
+
+    + supervisorctl: the venv's ``supervisorctl``
+    + conf: its ``supervisord.conf``
+    + pid: the probe's pid of a supervisord still running (None: nothing to stop)
+    """
+    if pid is None:
+        host.noop("supervisord does not run (systemd supervises)")
+        return
+    yield (
+        f"{shlex.quote(supervisorctl)} -c {shlex.quote(conf)} shutdown >/dev/null"
+        f" && timeout 90 sh -c 'while kill -0 {int(pid)} 2>/dev/null; do sleep 0.2; done'"
+    )
+
+
+@operation()
 def legacy_runner(runner_script: str, pid: int | None):
     """
     Ensure podkit's own runner (before supervisord) is stopped, with the server it ran: it holds the port.

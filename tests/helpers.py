@@ -1,8 +1,10 @@
 """Plain helpers shared by the tests (fixtures live in conftest.py): settings as their
-declarations give them, a host with GPUs, a plan against a local hub, an unreaped child."""
+declarations give them, a host with GPUs, a plan against a local hub, an unreaped child, a pid
+file's line, a process podctl takes for supervisord."""
 
 import dataclasses
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -31,8 +33,9 @@ def settings(**overrides) -> Settings:
 
 
 def settings_for(volume: Path, **overrides) -> Settings:
-    """Settings for a volume folder of the test's own (port 1: nothing listens there)."""
-    return settings(**{"podkit_volume": str(volume), "vllm_port": 1, **overrides})
+    """Settings for a volume folder of the test's own (vLLM on port 1, the edge on port 2: nothing
+    listens there)."""
+    return settings(**{"podkit_volume": str(volume), "vllm_port": 1, "podkit_edge_port": 2, **overrides})
 
 
 def gpu_host(gpus=1, name="NVIDIA H100 80GB HBM3", cap="9.0", free=100 * 10**9) -> HostState:
@@ -70,3 +73,20 @@ def zombie() -> tuple[subprocess.Popen, str]:
             return proc, f"{proc.pid} {fields[19]}\n"
         time.sleep(0.05)
     raise AssertionError("the child never exited")
+
+
+def pid_line(pid: int) -> str:
+    """The "PID STARTTIME" line launch.sh and edge.sh write for live process ``pid``."""
+    return f"{pid} {Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[19]}\n"
+
+
+def stand_in_supervisord(conf: str) -> subprocess.Popen:
+    """A sleeping process whose argv names supervisord and ``conf``, as podctl checks the pid in
+    supervisord.pid; it has no control socket (the real one: tests/unit/test_supervision.py)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "supervisord", "-c", conf])
+    for _ in range(100):  # the child's argv is in /proc once it has exec'd
+        if Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[-2:-1] == [conf.encode()]:
+            return proc
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("the stand-in supervisord did not start")

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-import httpx
 import openai
 
 from podkit.client.outcome import Outcome
@@ -76,7 +75,7 @@ class VllmApi:
     @cached_property
     def openai(self) -> openai.OpenAI:
         """The ``openai`` client on ``<base_url>/v1``: no retries, so a failure shows as it happened."""
-        http_client = httpx.Client(verify=self.tls, timeout=self.timeout)
+        http_client = openai.DefaultHttpxClient(verify=self.tls, timeout=self.timeout)
         return openai.OpenAI(
             base_url=f"{self.base_url}/v1",
             api_key=self.api_key,

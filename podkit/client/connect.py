@@ -204,9 +204,13 @@ def openai_snippet(cs: ClientSettings) -> str:
     client_extra = ""
     async_extra = ""
     if cs.ca_file:
-        trust = f"import ssl\n\nimport httpx\n\nTRUST = ssl.create_default_context(cafile={cs.ca_file!r})\n"
-        client_extra = ", http_client=httpx.Client(verify=TRUST)"
-        async_extra = ", http_client=httpx.AsyncClient(verify=TRUST)"
+        # openai's own httpx clients: a venv with only openai (3.x) or the Agents SDK may have no httpx
+        trust = (
+            "import ssl\n\nfrom openai import DefaultAsyncHttpxClient, DefaultHttpxClient\n\n"
+            f"TRUST = ssl.create_default_context(cafile={cs.ca_file!r})\n"
+        )
+        client_extra = ", http_client=DefaultHttpxClient(verify=TRUST)"
+        async_extra = ", http_client=DefaultAsyncHttpxClient(verify=TRUST)"
     return f"""# podkit: {_comment(cs.host)} serves {_comment(cs.model)} at {_comment(cs.base_url)}
 # Run with: PODKIT_API_KEY={_key_from_file(cs)} python this.py
 import os

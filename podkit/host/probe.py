@@ -259,6 +259,7 @@ class HostState:
     edge: dict[str, Any] | None = None  # the edge's loopback /health: {"health", "scheme"}
     ca_root: str | None = None  # the edge CA's root certificate (PEM), once Caddy made it
     legacy_runner: int | None = None  # podkit's own runner from before supervisord, still running
+    supervisord_left: int | None = None  # with systemd chosen: a supervisord still running from before
     unreadable: str | None = None
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
@@ -428,6 +429,7 @@ def parse_probe(output: str) -> HostState:
         edge=data.get("edge"),
         ca_root=data.get("ca_root"),
         legacy_runner=data.get("legacy_runner"),
+        supervisord_left=runner.get("supervisord"),
         port_listening=data["port_listening"],
         endpoint=data["endpoint"],
         model_dir=data.get("model_dir"),

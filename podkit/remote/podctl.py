@@ -188,6 +188,8 @@ def supervisor_state(cfg):
         state.update(
             pid=1 if unit_up(units["vllm"]) else None,
             programs=dict((name, (unit.get("active") or "inactive").upper()) for name, unit in units.items()),
+            # a supervisord left from podkit_supervisor = "supervisord": it holds the ports until stopped
+            supervisord=supervisord_pid(cfg.get("supervisord") or {}),
         )
         return state
     sup = cfg.get("supervisord") or {}

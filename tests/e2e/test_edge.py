@@ -12,12 +12,16 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+from podkit import PROJECT_ROOT
+from podkit.sandbox.sshd import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -192,3 +196,35 @@ def request_ok(url):
         return request(url, timeout=2)[0] == 200
     except OSError:
         return False
+
+
+def test_the_tunnel_reaches_the_edge_over_ssh_and_ends_on_ctrl_c(serving):
+    """``podkit tunnel`` forwards a local port to the edge over the sandbox's own SSH (its pinned
+    host key), prints the client settings for that address, and ends cleanly on Ctrl-C."""
+    pod = serving
+    local = free_port()
+    tunnel = subprocess.Popen(
+        [sys.executable, "cli.py", "tunnel", "inventories/sandbox.py", "--local-port", str(local)],
+        cwd=PROJECT_ROOT,
+        env=pod.box.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{local}/v1"
+        deadline = time.monotonic() + 60
+        while not request_ok(f"http://127.0.0.1:{local}/health") and time.monotonic() < deadline:
+            assert tunnel.poll() is None, tunnel.stderr.read()[-2000:]
+            time.sleep(0.5)
+        status, body = request(base + "/models", key=pod.key())
+        assert status == 200 and b"tiny-coder" in body
+        assert request(base + "/models")[0] == 401  # the edge still wants the key
+        assert request(f"http://127.0.0.1:{local}/invocations", body=CHAT)[0] == 404
+    finally:
+        tunnel.send_signal(signal.SIGINT)
+        out, err = tunnel.communicate(timeout=30)
+    assert tunnel.returncode == 0, err[-2000:]
+    assert base in out, out
+    assert pod.key() not in out + err
+    assert not request_ok(f"http://127.0.0.1:{local}/health"), "the forward outlived the tunnel"

@@ -1,5 +1,5 @@
 """Bare-metal boxes: the example inventory and its group data load as pyinfra loads them, the
-tensor-parallel size follows the GPU count and the model's heads, and the systemd unit renders
+tensor-parallel size follows the GPU count and the model's heads, and the systemd units render
 into something systemd parses (checked with systemd-analyze; no systemd runs on this machine)."""
 
 import ast
@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from podkit.client.targets import way_in
 from podkit.host.render import host_files, serve_argv
 from podkit.plan.hostplan import HostPlan
-from podkit.settings import KEYS, UNIT_PATH, PackageSpec, Settings
+from podkit.settings import EDGE_UNIT_PATH, KEYS, UNIT_PATH, PackageSpec, Settings
 from podkit_cli.hosts import load_hosts
 from tests.helpers import ROOT, sample_data
 from tests.helpers import gpu_host as host
@@ -43,7 +44,10 @@ def test_inventory_loads_the_same_in_the_cli_and_in_pyinfra():
     for entry in theirs.values():
         data = entry["data"]
         assert data["ssh_user"] != "root" and data["ssh_hostname"].startswith("192.0.2.")  # RFC 5737 examples
-        assert data["vllm_tensor_parallel_size"] is None and data["podkit_supervisor"] == "runner"
+        assert data["vllm_tensor_parallel_size"] is None and data["podkit_supervisor"] == "supervisord"
+        # clients come in directly: HTTPS from the edge's own CA, on the edge's port
+        way = way_in(name, data)
+        assert (way.kind, way.tls, way.base_url) == ("direct", "internal", f"https://{data['ssh_hostname']}:8000")
 
 
 def test_group_data_sets_only_known_keys_each_with_a_comment():
@@ -83,54 +87,63 @@ def test_a_tp_size_above_the_gpu_count_stops_the_host(hub):
     assert result.problems == ["tensor_parallel_size 4 exceeds the 2 GPU(s); use at most 2"]
 
 
-def unit_for(volume: str, **data):
-    settings = Settings.from_mapping(
-        {**sample_data(), "podkit_volume": volume, "podkit_supervisor": "systemd", "vllm_port": 8001, **data}
-    )
+def files_for(volume: str, **data):
+    settings = Settings.from_mapping({**sample_data(), "podkit_volume": volume, **data})
     files = host_files(
         settings,
         package=PackageSpec("vllm", "0.33.0"),
         vllm_bin="/v/bin/vllm",
         launch=HostPlan(settings.model, 4096, 2, None, None),
+        way=way_in("gpu-box-1", {"ssh_hostname": "192.0.2.10"}),
         user="ubuntu",
         group="gpu",
     )
     return settings, files
 
 
-def test_systemd_replaces_the_runner_script_with_a_unit_on_the_volume():
+def unit_for(volume: str, **data):
+    return files_for(volume, podkit_supervisor="systemd", **data)
+
+
+def test_systemd_replaces_supervisord_conf_with_two_units_on_the_volume():
     settings, files = unit_for("/srv/vllm")
-    assert set(files) == {"env", "launch", "unit"}
-    unit = files["unit"]
+    assert set(files) == {"env", "launch", "edge", "caddyfile", "unit", "edge_unit"}
+    unit, edge = files["unit"], files["edge_unit"]
     assert unit.path == "/srv/vllm/podkit/bin/podkit-vllm.service" and unit.mode == "644"
-    lines = unit.content.splitlines()
-    for expected in [
-        "User=ubuntu",
-        "Group=gpu",
-        'ExecStart="/srv/vllm/podkit/bin/launch.sh"',
-        "Restart=on-failure",
-        "StandardOutput=append:/srv/vllm/podkit/logs/vllm.log",
-        "StandardError=append:/srv/vllm/podkit/logs/vllm.log",
-        "WantedBy=multi-user.target",
-        'ExecStartPre=-/bin/sh -c "sha256sum /srv/vllm/podkit/bin/launch.sh /srv/vllm/podkit/bin/env.sh '
-        '/srv/vllm/podkit/secrets/api_key > /srv/vllm/podkit/run/serving.sha256"',
-    ]:
-        assert expected in lines
-    runner_mode = Settings.from_mapping({**sample_data(), "podkit_volume": "/srv/vllm", "vllm_port": 8001})
-    runner_files = host_files(
-        runner_mode,
-        package=PackageSpec("vllm", "0.33.0"),
-        vllm_bin="/v/bin/vllm",
-        launch=HostPlan(runner_mode.model, 4096, 2, None, None),
+    assert edge.path == "/srv/vllm/podkit/bin/podkit-edge.service" and edge.mode == "644"
+    for rendered, script, log in (
+        (unit, "launch.sh", "vllm.log"),
+        (edge, "edge.sh", "edge.log"),
+    ):
+        lines = rendered.content.splitlines()
+        for expected in [
+            "User=ubuntu",
+            "Group=gpu",
+            f'ExecStart="/srv/vllm/podkit/bin/{script}"',
+            "Restart=on-failure",
+            f"StandardOutput=append:/srv/vllm/podkit/logs/{log}",
+            f"StandardError=append:/srv/vllm/podkit/logs/{log}",
+            "WantedBy=multi-user.target",
+        ]:
+            assert expected in lines, (script, expected)
+        assert not any(line.startswith("ExecStartPre") for line in lines), "the scripts record their own sums"
+    default, supervised = files_for("/srv/vllm")
+    assert default.supervisor == "supervisord"
+    assert set(supervised) == {"env", "launch", "edge", "caddyfile", "supervisord"}
+    # the scripts are the same whichever supervisor runs them, but for the name in launch.sh's comment
+    for role in ("env", "edge", "caddyfile"):
+        assert supervised[role].content == files[role].content, role
+    launch = [line for line in files["launch"].content.splitlines() if not line.startswith("#")]
+    assert launch == [line for line in supervised["launch"].content.splitlines() if not line.startswith("#")]
+    assert (UNIT_PATH, EDGE_UNIT_PATH) == (
+        "/etc/systemd/system/podkit-vllm.service",
+        "/etc/systemd/system/podkit-edge.service",
     )
-    assert set(runner_files) == {"env", "launch", "runner"}
-    # the launch script is the same whichever supervisor runs it
-    assert runner_files["launch"].content == files["launch"].content
-    assert UNIT_PATH == "/etc/systemd/system/podkit-vllm.service"
 
 
-def test_systemd_parses_the_unit_and_finds_the_launch_script(tmp_path):
-    """systemd-analyze verify reads the unit as systemd would: quoting, % and $ in paths included."""
+@pytest.mark.parametrize("role, script", [("unit", "launch_script"), ("edge_unit", "edge_script")])
+def test_systemd_parses_the_units_and_finds_their_scripts(tmp_path, role, script):
+    """systemd-analyze verify reads each unit as systemd would: quoting, % and $ in paths included."""
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         pytest.skip("systemd-analyze is not installed")
@@ -138,15 +151,15 @@ def test_systemd_parses_the_unit_and_finds_the_launch_script(tmp_path):
     settings, files = unit_for(str(volume))
     user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
     group = subprocess.run(["id", "-gn"], capture_output=True, text=True).stdout.strip()
-    unit = files["unit"].content.replace("User=ubuntu", f"User={user}").replace("Group=gpu", f"Group={group}")
-    launch = Path(settings.paths.launch_script)
-    launch.parent.mkdir(parents=True)
-    unit_file = tmp_path / "podkit-vllm.service"
+    unit = files[role].content.replace("User=ubuntu", f"User={user}").replace("Group=gpu", f"Group={group}")
+    path = Path(getattr(settings.paths, script))
+    path.parent.mkdir(parents=True)
+    unit_file = tmp_path / Path(files[role].path).name
     unit_file.write_text(unit)
     missing = subprocess.run([analyze, "verify", str(unit_file)], capture_output=True, text=True)
-    # before the launch script exists systemd names the exact path it would run
-    assert f"Command {launch} is not executable" in missing.stderr, missing.stderr
-    launch.write_text("#!/bin/sh\nexec sleep 1\n")
-    os.chmod(launch, 0o755)
+    # before the script exists systemd names the exact path it would run
+    assert f"Command {path} is not executable" in missing.stderr, missing.stderr
+    path.write_text("#!/bin/sh\nexec sleep 1\n")
+    os.chmod(path, 0o755)
     ok = subprocess.run([analyze, "verify", str(unit_file)], capture_output=True, text=True)
     assert (ok.returncode, ok.stdout, ok.stderr) == (0, "", "")

