@@ -62,7 +62,8 @@ def venv(
         if missing_tools:
             yield install_command(None, paths, recreate=False, tools=list(missing_tools))
             return
-        host.noop(f"{package} is installed ({found.where}: {found.vllm_bin}), with {', '.join(map(str, tools))}")
+        with_tools = f", with {', '.join(map(str, tools))}" if tools else ""
+        host.noop(f"{package} is installed ({found.where}: {found.vllm_bin}){with_tools}")
         return
     yield install_command(package, paths, recreate=not venv_python_ok, tools=list(tools))
 
@@ -115,6 +116,8 @@ def endpoint(settings: Settings, ready: bool, pin: bool = False):
         )
     """
     if ready:
-        host.noop(f"vLLM on port {settings.port} answers and lists {settings.served_model_name!r}")
+        host.noop(
+            f"vLLM answers and lists {settings.served_model_name!r}, behind the edge on port {settings.edge_port}"
+        )
         return
     yield FunctionCommand(_wait_ready, (settings,), {"pin": pin})

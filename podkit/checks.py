@@ -90,6 +90,12 @@ def volume(value: Any, key: str) -> str:
     path = text(value, key)
     if not path.startswith("/"):
         raise SettingsError(f"{key}={path!r} must be an absolute path on the host, e.g. '/workspace'")
+    # supervisord's config reads " ;" and " #" as the start of a comment
+    for bad in (" ;", " #"):
+        if bad in path:
+            raise SettingsError(
+                f"{key}={path!r} holds {bad!r}, which supervisord's config cannot carry: choose a path without it"
+            )
     return posixpath.normpath(path)
 
 

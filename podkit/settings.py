@@ -376,6 +376,11 @@ class Settings:
             values[setting.attr] = setting.check(data[setting.name], setting.name)
         # The one default that depends on another setting: the model's last part.
         values["served_model_name"] = values["served_model_name"] or default_served_name(values["model"])
+        if values["port"] == values["edge_port"]:
+            raise SettingsError(
+                f"vllm_port and podkit_edge_port are both {values['port']}: vLLM listens on 127.0.0.1:vllm_port "
+                "behind the edge, which owns podkit_edge_port; give them different ports (defaults 8001 and 8000)"
+            )
         return cls(**values)
 
 

@@ -28,7 +28,7 @@ def verify(inventory, host_names, as_json, timeout):
     port and checks that the API key is in no process's argv, the server log
     (and its rotated copies) or the scripts on the host. The key is read from
     the same file the deploy used, and sent only once that command says the
-    server podkit started holds the port: never to another process there,
+    edge podkit started holds the port: never to another process there,
     nor when the host cannot be read over SSH.
 
     \b
@@ -37,7 +37,8 @@ def verify(inventory, host_names, as_json, timeout):
     3 unreachable (the endpoint, or the host over SSH), 4 auth,
     5 tool calling, 6 secret exposed (the key leaked on the host),
     7 port taken (a process podkit did not start holds the port;
-    the key was not sent).
+    the key was not sent), 8 exposed (a route beside /v1 and /health
+    answers without the key, or vLLM listens beyond loopback).
 
     \b
     podkit verify inventories/sandbox.py

@@ -91,6 +91,14 @@ class WaitResult:
         return line
 
     def failure(self, settings: Settings, elapsed: float) -> str:
+        listed = settings.served_model_name in self.models
+        if "edge" in self.fatal or (
+            self.health == 200 and self.models_status == 200 and listed and self.edge_health != 200
+        ):
+            return (
+                f"vLLM answers on loopback but the edge (Caddy) on port {settings.edge_port} does not "
+                f"(/health: {self.edge_health}); see {settings.paths.edge_log} (another program may hold the port)"
+            )
         if self.health == 200 and self.models_status == 401:
             return (
                 "vLLM answers but rejects the key in "
@@ -100,11 +108,6 @@ class WaitResult:
             return (
                 f"vLLM answers but does not list {settings.served_model_name!r} (it lists {self.models}); "
                 "another server may hold the port"
-            )
-        if "edge" in self.fatal or (self.health == 200 and self.models_status == 200 and self.edge_health != 200):
-            return (
-                f"vLLM answers on loopback but the edge (Caddy) on port {settings.edge_port} does not "
-                f"(/health: {self.edge_health}); see {settings.paths.edge_log} (another program may hold the port)"
             )
         if not self.runner_alive:
             what = f"{settings.supervisor} is not running"

@@ -122,8 +122,10 @@ def unit_value(value: str) -> str:
 def supervisor_value(value: str) -> str:
     """A supervisord.conf value: ``%`` escaped; refused when it cannot stand on one line as it is."""
     text = str(value)
-    if _CONTROL.search(text) or text != text.strip():
-        raise ValueError(f"{text!r} cannot be written in supervisord.conf: a line break or surrounding space")
+    if _CONTROL.search(text) or text != text.strip() or " ;" in text or " #" in text:
+        raise ValueError(
+            f"{text!r} cannot be written in supervisord.conf: a line break, surrounding space, ' ;' or ' #'"
+        )
     return text.replace("%", "%%")
 
 

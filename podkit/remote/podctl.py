@@ -29,6 +29,7 @@ import importlib.util
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import socket
@@ -332,7 +333,10 @@ def sums(path):
     """{path: sha256} from a ``sha256sum`` output file."""
     found = {}
     for line in (read_text(path) or "").splitlines():
-        digest, _, name = line.partition("  ")
+        escaped = line.startswith("\\")  # sha256sum escapes a name holding a backslash or a line break
+        digest, _, name = line[1 if escaped else 0 :].partition("  ")
+        if escaped:
+            name = re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), name)
         if name:
             found[name] = digest
     return found
@@ -1005,13 +1009,14 @@ def start_lines(path, count):
     current start's, so a failure of an earlier start (or an earlier run) is not blamed."""
     lines = log_lines(path, 1 << 20)
     for index in range(len(lines) - 1, -1, -1):
-        if START_MARKER in lines[index]:
+        if any(marker in lines[index] for marker in START_MARKERS):
             lines = lines[index + 1 :]
             break
     return lines[-count:]
 
 
-START_MARKER = "podkit: starting vLLM"
+# launch.sh's start line, and the one podkit's own runner wrote before supervisord (a log from then)
+START_MARKERS = ("podkit: starting vLLM", "podkit-runner: starting vLLM")
 
 
 def probe(cfg):

@@ -203,19 +203,21 @@ def test_the_tunnel_reaches_the_edge_over_ssh_and_ends_on_ctrl_c(serving):
     host key), prints the client settings for that address, and ends cleanly on Ctrl-C."""
     pod = serving
     local = free_port()
-    tunnel = subprocess.Popen(
-        [sys.executable, "cli.py", "tunnel", "inventories/sandbox.py", "--local-port", str(local)],
-        cwd=PROJECT_ROOT,
-        env=pod.box.env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    out_file, err_file = pod.box.state_dir / "tunnel.out", pod.box.state_dir / "tunnel.err"
+    with open(out_file, "w") as out, open(err_file, "w") as err:
+        tunnel = subprocess.Popen(
+            [sys.executable, "cli.py", "tunnel", "inventories/sandbox.py", "--local-port", str(local)],
+            cwd=PROJECT_ROOT,
+            env=pod.box.env(),
+            stdout=out,
+            stderr=err,
+        )
     try:
         base = f"http://127.0.0.1:{local}/v1"
         deadline = time.monotonic() + 60
-        while not request_ok(f"http://127.0.0.1:{local}/health") and time.monotonic() < deadline:
-            assert tunnel.poll() is None, tunnel.stderr.read()[-2000:]
+        # the settings are printed once the forward answers; then it says how to close it
+        while "Ctrl-C closes the tunnel" not in err_file.read_text() and time.monotonic() < deadline:
+            assert tunnel.poll() is None, err_file.read_text()[-2000:]
             time.sleep(0.5)
         status, body = request(base + "/models", key=pod.key())
         assert status == 200 and b"tiny-coder" in body
@@ -223,7 +225,8 @@ def test_the_tunnel_reaches_the_edge_over_ssh_and_ends_on_ctrl_c(serving):
         assert request(f"http://127.0.0.1:{local}/invocations", body=CHAT)[0] == 404
     finally:
         tunnel.send_signal(signal.SIGINT)
-        out, err = tunnel.communicate(timeout=30)
+        tunnel.wait(timeout=30)
+    out, err = out_file.read_text(), err_file.read_text()
     assert tunnel.returncode == 0, err[-2000:]
     assert base in out, out
     assert pod.key() not in out + err

@@ -168,7 +168,10 @@ def test_a_migrated_pod_is_found_at_its_new_address_and_serves_again_in_seconds(
     changed = op_changes(applied, "coder-a")
     assert "new pod, trusting its host key" in applied.stderr
     assert not any("is installed" in name or "is complete on the volume" in name for name in changed), changed
+    # the edge's certificate names the pod's address, and a migrated pod has a new one: the Caddyfile
+    # changes (the edge restarts with a certificate for it; vLLM keeps running on the volume's files)
     assert set(changed) <= {
+        f"Ensure the Caddyfile lets only /v1 with the key and /health through port {PORT} (TLS: internal)",
         "Ensure supervisord runs vLLM and the edge from the current files",
         f"Ensure vLLM answers and lists tiny-coder behind the edge on port {PORT}",
     }, changed

@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from podkit_cli import cli
@@ -89,11 +88,6 @@ def test_the_sandbox_inventory_after_sandbox_down_says_to_bring_it_up(tmp_path):
     assert result.exit_code == 1 and one_line_error(result) == f"Error: {expected}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="podkit_cli/verify.py: verify's docstring (its --help) lists the exit codes up to 7 port taken; "
-    "8 exposed (Outcome.EXPOSED) is missing",
-)
 def test_verify_documents_every_exit_code_in_its_help_and_the_readme():
     from podkit.client.outcome import Outcome
 

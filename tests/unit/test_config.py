@@ -94,11 +94,6 @@ def test_what_replaced_each_retired_setting_is_named():
     assert not set(RETIRED) & set(KEYS), "a retired key is declared again"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="podkit bug: podkit/settings.py accepts vllm_port == podkit_edge_port (e.g. a host that kept "
-    "vllm_port = 8000, the old default): vLLM takes 127.0.0.1:8000 and Caddy cannot bind its port",
-)
 def test_vllm_port_and_edge_port_must_differ():
     with pytest.raises(SettingsError, match="vllm_port"):
         Settings.from_mapping({**sample_data(), "vllm_port": 8000})

@@ -66,17 +66,11 @@ def as_launch_sh_writes_it(text: str) -> str:
     return text.replace("podkit-runner: starting vLLM: /w/podkit/bin/launch.sh", "podkit: starting vLLM")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="podkit bug: podkit/host/diagnose.py START_MARKER is still 'podkit-runner: starting vLLM' but "
-    "launch.sh writes 'podkit: starting vLLM' (podctl's START_MARKER): a failure of an earlier start is "
-    "blamed on the current one",
-)
 def test_a_failure_before_the_last_start_of_launch_sh_is_not_blamed():
-    from podkit.host.diagnose import START_MARKER
+    from podkit.host.diagnose import START_MARKERS
     from podkit.remote import podctl
 
-    assert START_MARKER == podctl.START_MARKER
+    assert START_MARKERS == podctl.START_MARKERS
     current = as_launch_sh_writes_it((LOGS / "earlier_start_failed_current_starting.log").read_text())
     assert diagnose(current.splitlines()) is None
     differently = as_launch_sh_writes_it((LOGS / "earlier_start_failed_differently.log").read_text())
@@ -87,7 +81,7 @@ def test_launch_sh_writes_the_start_line_podctl_looks_for():
     from podkit.remote import podctl
 
     launch = (Path(__file__).resolve().parents[2] / "templates" / "launch.sh.j2").read_text()
-    assert f' {podctl.START_MARKER}"' in launch
+    assert f' {podctl.START_MARKERS[0]}"' in launch
 
 
 def test_a_failure_before_the_last_start_is_not_blamed():
@@ -223,12 +217,6 @@ def test_an_edge_left_fatal_is_named_with_its_log():
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="podkit bug: WaitResult.failure (podkit/host/readiness.py) tests health 200 and models 200 first, so "
-    "a vLLM that lists the model behind an edge that does not answer reads \"vLLM answers but does not list "
-    "'X' (it lists ['X'])\"; the edge's branch after it is never reached for that case",
-)
 def test_vllm_that_answers_behind_an_edge_that_does_not_is_named():
     """vLLM answers on loopback and lists the model, but Caddy does not answer on the edge's port:
     the failure names the edge and its log, not vLLM."""

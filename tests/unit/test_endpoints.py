@@ -120,14 +120,20 @@ def test_is_loopback(address, loopback):
             {"ssh_hostname": "10.0.0.5"},
             True,
             EdgeSites(
-                ("https://10.0.0.5:8000", "https://127.0.0.1:8000", "https://localhost:8000"), (), "10.0.0.5", "internal"
+                ("https://10.0.0.5:8000", "https://127.0.0.1:8000", "https://localhost:8000"),
+                (),
+                "10.0.0.5",
+                "internal",
             ),
         ),
         (
             {"ssh_hostname": "fd00::5"},
             True,
             EdgeSites(
-                ("https://[fd00::5]:8000", "https://127.0.0.1:8000", "https://localhost:8000"), (), "fd00::5", "internal"
+                ("https://[fd00::5]:8000", "https://127.0.0.1:8000", "https://localhost:8000"),
+                (),
+                "fd00::5",
+                "internal",
             ),
         ),
         # the certificate names the pod's address; the site listens on the edge's own port

@@ -236,6 +236,23 @@ def test_parse_nvidia_smi(lines, expected):
     assert got == expected
 
 
+def test_the_gpu_lines_a_real_h100_printed_read_as_an_fp8_card():
+    """tests/fixtures/gpu/: podctl's GPU query and nvidia-smi's own CSV, captured on an H100 host."""
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
+    probed = json.loads((fixtures / "h100_probe.json").read_text())["gpus"]
+    assert probed["rc"] == 0 and probed["query"] == "index,name,memory.total,compute_cap"
+    (gpu,) = parse_nvidia_smi(probed["lines"])
+    assert (gpu.index, gpu.name, gpu.memory_mib, gpu.compute_capability, gpu.supports_fp8) == (
+        0,
+        "NVIDIA H100 80GB HBM3",
+        81559,
+        "9.0",
+        True,
+    )
+    header, row = (fixtures / "h100_nvidia-smi-query.csv").read_text().splitlines()[:2]
+    assert row.split(", ")[:2] == [gpu.name, f"{gpu.memory_mib} MiB"] and "compute_cap" in header
+
+
 @pytest.mark.parametrize("which", ["vllm_port", "podkit_edge_port"])
 def test_port_taken_by_someone_else_is_refused(tmp_path, which):
     import socket

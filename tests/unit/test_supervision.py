@@ -5,9 +5,10 @@ vLLM and a stand-in Caddy running, driven by podctl as the deploy drives it (``s
 The stand-in vLLM is a shell script in place of the ``vllm`` binary: it says it is up and
 sleeps; a file in its control folder makes it exit with a status, start an engine child named
 ``VLLM::EngineCore`` (as vLLM does), or print enough to rotate the log. The stand-in Caddy
-sleeps. supervisord is PyPI's, at the version podkit pins (``supervisor_bin`` in conftest.py);
-a program's start counts after 1 s instead of 10 (``START_SECONDS``) to keep the tests short.
-Everything listens on nothing and runs under a short folder in /tmp (supervisord's socket path
+sleeps, or exits at once while its control file says so. supervisord is PyPI's, at the version
+podkit pins (``supervisor_bin`` in conftest.py); a start of vLLM counts after 1 s instead of 10
+(``START_SECONDS``) to keep the tests short.
+Nothing listens on a port; each pod lives in a short folder in /tmp (supervisord's socket path
 must fit in 107 bytes); every process is ended when a test ends, whatever happened.
 """
 
@@ -17,7 +18,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,7 +31,7 @@ from podkit.host.readiness import WaitResult, wait_config
 from podkit.plan.hostplan import HostPlan
 from podkit.remote import podctl
 from podkit.settings import PackageSpec
-from tests.helpers import settings_for, zombie
+from tests.helpers import pid_line, settings_for, stand_in_supervisord, zombie
 
 STAND_IN_VLLM = """#!/bin/sh
 # stand-in vLLM, started by launch.sh with the serve argv
@@ -46,7 +46,11 @@ fi
 [ -f "$control/engine" ] && bash -c 'exec -a VLLM::EngineCore sleep 300' &
 exec sleep 300
 """
-STAND_IN_CADDY = "#!/bin/sh\nexec sleep 300\n"
+STAND_IN_CADDY = """#!/bin/sh
+# stand-in Caddy, exec'd by edge.sh; exits at once while the control folder says so (a port taken)
+[ -f {control}/caddy-exit ] && {{ echo "stand-in caddy: address already in use"; exit 1; }}
+exec sleep 300
+"""
 
 
 def wait_for(predicate, timeout=20.0, what="the condition"):
@@ -127,7 +131,7 @@ class Pod:
         venv_bin.mkdir(parents=True)
         for name in ("supervisord", "supervisorctl"):
             (venv_bin / name).symlink_to(supervisor_bin / name)
-        (venv_bin / "caddy").write_text(STAND_IN_CADDY)
+        (venv_bin / "caddy").write_text(STAND_IN_CADDY.format(control=shlex.quote(str(self.control))))
         (venv_bin / "caddy").chmod(0o755)
         # what the deploy hands supervisor.programs, and so podctl supervise
         self.cfg = {**server_config(self.settings), "supervisord_log": paths.supervisord_log}
@@ -204,25 +208,27 @@ def pod(supervisor_bin, monkeypatch):
         shutil.rmtree(one.root, ignore_errors=True)
 
 
-def test_the_rendered_conf_is_read_by_supervisord_as_podkit_means_it(pod, supervisor_bin):
-    """supervisord's own parser on the rendered file: both programs, their scripts, group signals,
-    log sizes and copies, the retry count, and a control socket that only its user can use."""
-    box = pod(podkit_log_max_bytes=4096, podkit_log_keep=2, podkit_start_retries=4)
-    read = f"""
+READ_CONF = """
 import json, shlex, sys
 from supervisor.options import ServerOptions
 options = ServerOptions()
 options.realize(["-c", sys.argv[1]])
-print(json.dumps({{
+print(json.dumps({
     "pidfile": options.pidfile, "logfile": options.logfile, "minfds": options.minfds,
     "socket": [(c["file"], c["chmod"]) for c in options.server_configs],
-    "programs": {{p.name: [shlex.split(p.command), p.stdout_logfile, p.stdout_logfile_maxbytes, p.stdout_logfile_backups,
+    "programs": {p.name: [shlex.split(p.command), p.stdout_logfile, p.stdout_logfile_maxbytes, p.stdout_logfile_backups,
                  p.startretries, p.startsecs, p.stopasgroup, p.killasgroup, p.redirect_stderr, p.autorestart.__name__]
-                 for g in options.process_group_configs for p in g.process_configs}},
-}}))
+                 for g in options.process_group_configs for p in g.process_configs},
+}))
 """
+
+
+def test_the_rendered_conf_is_read_by_supervisord_as_podkit_means_it(pod, supervisor_bin):
+    """supervisord's own parser on the rendered file: both programs, their scripts, group signals,
+    log sizes and copies, the retry count, and a control socket that only its user can use."""
+    box = pod(podkit_log_max_bytes=4096, podkit_log_keep=2, podkit_start_retries=4)
     out = subprocess.run(
-        [str(supervisor_bin / "python"), "-c", read, box.paths.supervisord_conf],
+        [str(supervisor_bin / "python"), "-c", READ_CONF, box.paths.supervisord_conf],
         capture_output=True,
         text=True,
         check=True,
@@ -230,7 +236,7 @@ print(json.dumps({{
     conf = json.loads(out.stdout)
     paths = box.paths
     assert conf["pidfile"] == paths.supervisord_pid and conf["logfile"] == paths.supervisord_log
-    assert conf["socket"] == [[paths.supervisor_socket, 0o700]]
+    assert conf["socket"] == [[paths.supervisor_socket, 0o700]] and conf["minfds"] == 1024
     assert conf["programs"] == {
         "vllm": [[paths.launch_script], paths.log_file, 4096, 2, 4, 1, True, True, True, "RestartUnconditionally"],
         "edge": [[paths.edge_script], paths.edge_log, 4096, 2, 4, 2, True, True, True, "RestartUnconditionally"],
@@ -258,28 +264,6 @@ def test_supervise_starts_supervisord_which_runs_both_programs_from_the_current_
     assert "podkit: starting vLLM" in box.log() and f"stand-in vLLM {vllm} up" in box.log()
 
 
-def test_a_server_that_exits_after_its_start_is_restarted_and_its_exit_counted(pod):
-    box = pod()
-    box.supervise()
-    first, edge = box.running()
-    os.kill(first, signal.SIGKILL)  # the OOM killer's way
-    second = wait_for(lambda: (p := box.pid("vllm.pid")) and p != first and p, what="a new server")
-    assert second != first and box.pid("edge.pid") == edge, "the edge is left alone"
-    box.running()
-    assert box.crashes() == "1" and box.probe().crashes == 1
-    log = box.log()
-    assert "podkit: vLLM exited with status 137" in log and log.count("podkit: starting vLLM") == 2
-
-
-LAUNCH_SH_OUTLIVES_VLLM = (
-    "podkit bug: launch.sh's members() (templates/launch.sh.j2) runs in a command substitution, a forked "
-    "subshell of launch.sh's own process group, and lists itself: `left` is never empty, so every end of "
-    "vLLM waits the full 10 s and then SIGKILLs the subshell's stale pid. launch.sh outlives startsecs "
-    "(10 s), supervisord counts each quick exit as a good start, and never backs off nor gives up (FATAL)"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=LAUNCH_SH_OUTLIVES_VLLM)
 def test_quick_exits_back_off_then_leave_the_program_fatal_until_supervise_starts_it(pod):
     """A server that exits within its start (a bad flag, no memory) is retried after 1, 2 ... s,
     podkit_start_retries times, then left FATAL: readiness stops waiting and names it, and the next
@@ -307,6 +291,25 @@ def test_quick_exits_back_off_then_leave_the_program_fatal_until_supervise_start
     assert box.supervise() == {"ok": True, "done": ["started vllm"]}
     box.running()
     assert box.crashes() == "0"
+
+
+def test_an_edge_that_cannot_start_is_left_fatal_and_the_next_supervise_starts_it(pod):
+    """Caddy exits at once (its port taken): retried podkit_start_retries times with back-off, then
+    FATAL; vLLM runs on; readiness gives up at once and names the edge; supervise starts it again."""
+    box = pod(podkit_start_retries=1)
+    (box.control / "caddy-exit").write_text("")
+    box.supervise()
+    wait_for(lambda: box.programs() == {"vllm": "RUNNING", "edge": "FATAL"}, 20, "the edge FATAL")
+    assert Path(box.paths.edge_log).read_text().count("address already in use") == 2, "one start, one retry"
+    state = box.probe()
+    assert state.programs["edge"] == "FATAL" and not state.supervised("supervisord") and state.vllm_pid
+    waited = box.wait()
+    assert waited.fatal == ["edge"] and waited.hopeless
+    assert f"the edge (Caddy) on port {box.settings.edge_port} does not" in waited.failure(box.settings, 3)
+    vllm = box.pid("vllm.pid")
+    (box.control / "caddy-exit").unlink()
+    assert box.supervise() == {"ok": True, "done": ["started edge"]}
+    assert box.running()[0] == vllm, "vLLM was left alone"
 
 
 def test_supervise_restarts_only_the_program_named(pod):
@@ -360,22 +363,20 @@ def test_stale_pid_files_after_a_pod_restart_name_nothing_and_supervise_starts_a
     wait_for(lambda: not any(in_session(s) for s in box.sessions), what="every process gone")
     run = Path(box.paths.run)
     other = subprocess.Popen(["sleep", "60"])  # a pid reused by another program
-    # a supervisord, but of another config (another volume's)
-    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "supervisord", "-c", "/x.conf"])
+    stranger = stand_in_supervisord(str(box.root / "another-volume.conf"))  # another volume's supervisord
     dead, dead_line = zombie()
     try:
-        wait_for(lambda: podctl.process_argv(stranger.pid)[-1:] == ["/x.conf"])
-        mine = Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        mine, start = pid_line(os.getpid()).split()
         for supervisord_pid in (other.pid, stranger.pid, dead.pid):
             (run / "supervisord.pid").write_text(f"{supervisord_pid}\n")
-            (run / "vllm.pid").write_text(f"{os.getpid()} {int(mine) + 1}\n")  # this pid, another start time
+            (run / "vllm.pid").write_text(f"{mine} {int(start) + 1}\n")  # this pid, another start time
             (run / "edge.pid").write_text(dead_line)
             state = box.probe()
             assert (state.supervisor_pid, state.vllm_pid, state.edge_pid) == (None, None, None), supervisord_pid
             assert state.programs == {} and not state.supervised("supervisord") and state.endpoint is None
         assert Path(box.paths.supervisor_socket).exists(), "the socket file stays too"
         assert box.supervise() == {"ok": True, "done": ["started supervisord"]}
-        vllm, edge = box.running()
+        box.running()
         assert box.probe().supervisor_pid == box.supervisord() not in (other.pid, stranger.pid)
     finally:
         for proc in (other, stranger, dead):
@@ -383,13 +384,14 @@ def test_stale_pid_files_after_a_pod_restart_name_nothing_and_supervise_starts_a
             proc.wait()
 
 
-def test_an_engine_left_by_a_server_killed_with_sigkill_is_ended_by_launch_sh(pod):
+def test_a_server_killed_with_sigkill_is_restarted_and_launch_sh_ends_its_engine(pod):
     """The OOM killer's SIGKILL leaves the engine re-parented: launch.sh, leader of the group, ends
-    what is left of it before supervisord starts the next server; a stop ends the engine too."""
+    what is left of it, counts the exit, and supervisord starts the next server (the edge is left
+    alone); a stop ends the server and its engine, and is no crash."""
     box = pod()
     (box.control / "engine").write_text("")
     box.supervise()
-    first, _ = box.running()
+    first, edge = box.running()
     engine = wait_for(lambda: engine_of(first), what="the stand-in engine")
     launch_sh = int(stat_fields(first)[2])
     assert int(stat_fields(engine)[2]) == launch_sh == int(stat_fields(launch_sh)[2]), "one group, led by launch.sh"
@@ -397,7 +399,11 @@ def test_an_engine_left_by_a_server_killed_with_sigkill_is_ended_by_launch_sh(po
     wait_for(lambda: not live(engine), 15, "the old engine to end")
     second = wait_for(lambda: (p := box.pid("vllm.pid")) and p != first and p, 20, "a new server")
     new_engine = wait_for(lambda: engine_of(second), what="the new engine")
-    assert box.probe().orphans == [] and box.crashes() == "1"
+    assert box.pid("edge.pid") == edge, "the edge is left alone"
+    state = box.probe()
+    assert state.orphans == [] and state.crashes == 1 and box.crashes() == "1"
+    log = box.log()
+    assert "podkit: vLLM exited with status 137" in log and log.count("podkit: starting vLLM") == 2
     box.rpc().stopProcess("vllm", False)  # what a restart, a reload or a shutdown does first: SIGTERM to the group
     wait_for(lambda: not live(new_engine) and not live(second), 5, "the server and its engine to stop")
     assert box.crashes() == "1", "a stop is no crash"
@@ -414,26 +420,22 @@ def test_a_volume_path_with_a_space_a_quote_or_a_dollar_is_run_and_summed_as_it_
     assert not list(box.root.rglob("PWNED")) and not Path("PWNED").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="podkit bug: supervisor_value (podkit/host/render.py) escapes % once, but supervisord expands "
-    "stdout_logfile twice (once as a value, once with the program's name): supervisord refuses the config",
-)
 def test_a_volume_path_with_a_percent_sign_is_served(pod):
     box = pod(volume="100% full")
     assert box.supervise()["ok"]
     box.running()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="podkit bug: supervisor_value (podkit/host/render.py) lets ' ;' and ' #' through, which "
-    "supervisord's parser reads as the start of an inline comment: every path is cut there",
-)
-def test_a_volume_path_with_a_semicolon_after_a_space_is_served(pod):
-    box = pod(volume="a ;b")
-    assert box.supervise()["ok"]
-    box.running()
+def test_a_volume_path_with_a_semicolon_after_a_space_is_refused_as_a_setting():
+    """supervisord's parser reads " ;" (and " #") as the start of a comment: such a volume is
+    refused by its setting's check, with the reason, before anything is written."""
+    from podkit.checks import SettingsError
+    from podkit.settings import Settings
+    from tests.helpers import sample_data
+
+    for volume in ("/data/a ;b", "/data/a #b"):
+        with pytest.raises(SettingsError, match="podkit_volume=.*cannot carry"):
+            Settings.from_mapping({**sample_data(), "podkit_volume": volume})
 
 
 # --- launch.sh on its own: started as a group leader, as supervisord and systemd start it ---------
@@ -454,7 +456,6 @@ def end_group(proc):
     proc.wait()
 
 
-@pytest.mark.xfail(strict=True, reason=LAUNCH_SH_OUTLIVES_VLLM)
 def test_launch_sh_ends_as_soon_as_vllm_ended_and_nothing_is_left_of_its_group(pod):
     box = pod()
     launch = launch_alone(box, "sleep 0.5\nexit 3\n")
@@ -464,12 +465,6 @@ def test_launch_sh_ends_as_soon_as_vllm_ended_and_nothing_is_left_of_its_group(p
         end_group(launch)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="podkit bug: launch.sh (templates/launch.sh.j2) loops `while [ -n \"$(starttime \"$server\")\" ]` "
-    "before its first wait: a vLLM already exited (a zombie: no vllm binary, a bad interpreter) never reaches "
-    "`wait`, so status stays 0: 'vLLM exited with status 0' and exit 0",
-)
 def test_launch_sh_passes_on_the_status_of_a_vllm_that_exits_at_once(pod):
     box = pod()
     launch = launch_alone(box, "exit 3\n")
@@ -478,4 +473,3 @@ def test_launch_sh_passes_on_the_status_of_a_vllm_that_exits_at_once(pod):
         assert line[0].endswith("podkit: vLLM exited with status 3")
     finally:
         end_group(launch)
-

@@ -65,11 +65,6 @@ printf '%s' "$PODKIT_API_KEY" > "$PODKIT_TEST_OUT.key"
 printf '%s\\0' "$XDG_DATA_HOME" "$XDG_CONFIG_HOME" "$HOME" > "$PODKIT_TEST_OUT.env"
 """
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-SUMS_ESCAPED = (
-    "podkit bug: sha256sum writes a name holding a backslash escaped (the line starts with \\ and each \\ is "
-    "doubled); podctl's sums() (podkit/remote/podctl.py) reads the name as written, so a volume path with a "
-    "backslash never matches its file: every re-apply restarts vLLM and the edge"
-)
 
 
 def hostile(xfail=(lambda value: False), reason=""):
@@ -169,7 +164,7 @@ def header(content: str, first_code_line: str) -> list[str]:
 # --- launch.sh and env.sh --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", hostile(lambda v: "\\" in v and not has_control(v), SUMS_ESCAPED))
+@pytest.mark.parametrize("value", hostile())
 def test_env_and_launch_scripts_run_nothing_they_carry(tmp_path, value):
     hostile, launch, vllm_bin, files = render(tmp_path, value, volume=tame_volume(tmp_path, value))
     for role in ("env", "launch"):
@@ -194,7 +189,7 @@ def test_env_and_launch_scripts_run_nothing_they_carry(tmp_path, value):
 # --- edge.sh and the Caddyfile -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", hostile(lambda v: "\\" in v and not has_control(v), SUMS_ESCAPED))
+@pytest.mark.parametrize("value", hostile())
 def test_edge_script_runs_nothing_it_carries(tmp_path, value):
     hostile, _, _, files = render(tmp_path, value, volume=tame_volume(tmp_path, value))
     paths = hostile.paths
@@ -263,19 +258,11 @@ print(json.dumps({
                  for g in options.process_group_configs for p in g.process_configs},
 }))
 """
-PERCENT_TWICE = (
-    "podkit bug: supervisor_value (podkit/host/render.py) escapes % once, but supervisord expands "
-    "stdout_logfile twice: a volume path with % makes supervisord refuse its config"
-)
 
 
 @pytest.mark.parametrize(
     "value",
-    [
-        pytest.param(v, marks=pytest.mark.xfail(strict=True, reason=PERCENT_TWICE)) if "%" in v else v
-        for v in HOSTILE
-        if not has_control(v)
-    ],
+    [v for v in HOSTILE if not has_control(v)],
 )
 def test_supervisord_reads_every_path_whole_from_its_conf(tmp_path, value, supervisor_bin):
     hostile, _, _, files = render(tmp_path, value)

@@ -545,7 +545,9 @@ def test_podkit_verify_over_real_ssh_refuses_a_stranger_on_the_port(stub, tmp_pa
         ("edge refuses the rest", "error"),
     ], box
     assert box[0]["detail"].startswith(f"port {port} on box is held by pid {os.getpid()} (")
-    assert box[0]["detail"].endswith("), not by podkit's edge: stop it or change podkit_edge_port; the key was not sent")
+    assert box[0]["detail"].endswith(
+        "), not by podkit's edge: stop it or change podkit_edge_port; the key was not sent"
+    )
     nossh = [c for c in reports["nossh"]["checks"] if not c["ok"]]
     assert [(c["name"], c["outcome"]) for c in nossh] == [("key checks on the host", "unreachable")], nossh
     assert nossh[0]["detail"].endswith("the key was not sent, so the checks that need it did not run")
@@ -604,4 +606,3 @@ def test_routes_the_host_could_not_read_fail_the_edge_check_alone(stub):
     assert check.detail == "could not read the running vLLM's /openapi.json on the host"
     assert report.checks[-1] is check
     assert not {"/openapi.json", "/docs"} & {path for path, _, _ in StubServer.seen}, "nothing to try: nothing asked"
-
