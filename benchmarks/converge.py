@@ -17,7 +17,6 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -81,8 +80,7 @@ def main() -> int:
             row("re-apply, datum restored", back.seconds, len(back.sessions), f"changed: {len(back.changed())} ops")
         )
         # a stopped pod: the server is gone, the volume (venv, key, scripts) is intact
-        runner = box.volume / "podkit" / "bin" / "runner.sh"
-        subprocess.run(["/bin/sh", str(runner), "stop"], capture_output=True, check=True)
+        box.stop_serving()  # supervisord, vLLM and the edge
         restarted = box.apply()
         rows.append(
             row(

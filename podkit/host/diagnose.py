@@ -3,7 +3,7 @@
 The patterns are the messages vLLM prints for the failures users hit most
 (see tests/fixtures/vllm_logs/ for real logs of each). The first rule that
 matches wins, so the more specific ones come first. Only the current start's
-lines count: the runner writes a marker line before each start of the server
+lines count: launch.sh writes a marker line before each start of the server
 (:data:`START_MARKERS`), and a failure logged before the last one belongs to an
 earlier start (often an earlier run), not to the server now failing.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-#: What the runner logs before each start of the server (templates/runner.sh.j2).
+#: What launch.sh logs before each start of the server (templates/launch.sh.j2).
 # launch.sh's start line, and the one podkit's own runner wrote before supervisord (a log from then)
 START_MARKERS = ("podkit: starting vLLM", "podkit-runner: starting vLLM")
 
@@ -125,7 +125,7 @@ _COMPILED = [(name, re.compile(pattern, re.IGNORECASE), cause, fix) for name, pa
 
 
 def current_start(log_lines: list[str]) -> list[str]:
-    """The lines after the runner's last start marker: what the server now running (or failing)
+    """The lines after the last start marker: what the server now running (or failing)
     printed. All of them when there is no marker (systemd, or a start longer than the tail)."""
     for index in range(len(log_lines) - 1, -1, -1):
         if any(marker in log_lines[index] for marker in START_MARKERS):

@@ -67,7 +67,7 @@ def read_text(path):
 def starttime(pid):
     """The start time of a live ``pid``; None when it is gone or a zombie.
 
-    A runner killed by a pod stop, or a server whose supervisor died, is
+    A supervisor killed by a pod stop, or a server whose supervisor died, is
     re-parented to PID 1, which in many containers never reaps: its /proc
     entry, start time included, stays until the container ends.
     """
@@ -766,7 +766,7 @@ def engine_orphans(cfg, server_pid):
 
     An orphan is a process of this user that a podkit launch on this volume started (its
     environment says so: another deployment's engines, or anyone else's, are left alone), titled
-    ``VLLM::...`` (or in the process group of a server the runner recorded and that is gone), that
+    ``VLLM::...`` (or in the process group of a server the launch script recorded and that is gone), that
     is not under the running server and whose parent is no vLLM process (its server was killed:
     it was re-parented to PID 1 or a subreaper). Each: pid, start time (so a kill hits that very
     process), title, the pids under it, and the memory they hold (resident bytes, and GPU MiB
@@ -1005,7 +1005,7 @@ def deploy_lock(cfg):
 
 
 def start_lines(path, count):
-    """The last ``count`` lines of the server log since the runner's last start marker: the
+    """The last ``count`` lines of the server log since the last start marker: the
     current start's, so a failure of an earlier start (or an earlier run) is not blamed."""
     lines = log_lines(path, 1 << 20)
     for index in range(len(lines) - 1, -1, -1):
@@ -1066,7 +1066,7 @@ def wait(cfg):
     supervisor is gone, or when it has exited ``crash_limit`` times and no server runs now (a count
     left from earlier starts is no reason to give up on a server that is still starting). The
     endpoint is asked first: a server that answers is ready, whatever the count or the log say.
-    The log tail is the current start's (after the runner's last start marker)."""
+    The log tail is the current start's (after the last start marker)."""
     deadline = time.time() + cfg.get("window", 10)
     while True:
         state = endpoint(cfg)
@@ -1259,7 +1259,7 @@ def user_name(uid):
 def listener(port, server_pid):
     """Who listens on the served ``port``, so a client sends the API key only to podkit's server:
     ``held`` (something listens), ``podkit`` (every listening socket is held by the server the
-    runner or the unit started, ``server_pid``, or its descendants), and for a stranger its
+    supervisor started, ``server_pid``, or its descendants), and for a stranger its
     ``pid``, ``program`` and ``user`` (pid None when this user cannot see the process)."""
     result = {"port": port, "held": False, "podkit": False, "pid": None, "program": None, "user": None}
     sockets = listening_sockets(port)
@@ -1299,7 +1299,7 @@ def generation_config(model):
 
 def describe(cfg):
     """What serves on the port and from where (see the module docstring), and who listens on it."""
-    runner = supervisor_state(cfg)  # the runner's pids, or the systemd unit's MainPID
+    runner = supervisor_state(cfg)  # the pids the launch and edge scripts recorded
     args = serve_args(process_argv(runner["vllm_pid"])) if runner["vllm_pid"] else None
     found = venv_dists(cfg["venv"])["dists"] or system_dists()["dists"]
     model = args[0] if args else None
