@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-#: What launch.sh logs before each start of the server (templates/launch.sh.j2).
-# launch.sh's start line, and the one podkit's own runner wrote before supervisord (a log from then)
+#: What launch.sh logs before each start of the server (templates/launch.sh.j2), and what podkit's
+#: own runner logged before supervisord (a log from then)
 START_MARKERS = ("podkit: starting vLLM", "podkit-runner: starting vLLM")
 
 
