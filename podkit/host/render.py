@@ -224,112 +224,110 @@ def host_files(
     ``podkit_supervisor = "systemd"`` two units (run as ``user``:``group``, the SSH user's)."""
     env = _environment(templates)
     paths = settings.paths
+
+    def rendered(path: str, template: str, mode: str, **values) -> RenderedFile:
+        return RenderedFile(path, env.get_template(template).render(**values), mode)
+
     supervisor_bin = f"{paths.venv}/bin"
     # the server reads only what is on the volume: a restart never touches the network
     server_env = {**paths.cache_env(), "HF_HUB_OFFLINE": "1", **settings.extra_env}
     edge = edge_sites(settings, way)
     files = {
-        "env": RenderedFile(paths.env_file, env.get_template("env.sh.j2").render(env=server_env), "644"),
-        "launch": RenderedFile(
+        "env": rendered(paths.env_file, "env.sh.j2", "644", env=server_env),
+        "launch": rendered(
             paths.launch_script,
-            env.get_template("launch.sh.j2").render(
-                served_model_name=settings.served_model_name,
-                package=str(package),
-                port=settings.port,
-                supervisor=settings.supervisor,
-                run_dir=paths.run,
-                env_file=paths.env_file,
-                key_file=paths.api_key,
-                summed=managed_files(settings),
-                argv_groups=argv_groups(serve_argv(settings, vllm_bin, launch)),
-            ),
+            "launch.sh.j2",
             "755",
+            served_model_name=settings.served_model_name,
+            package=str(package),
+            port=settings.port,
+            supervisor=settings.supervisor,
+            run_dir=paths.run,
+            env_file=paths.env_file,
+            key_file=paths.api_key,
+            summed=managed_files(settings),
+            argv_groups=argv_groups(serve_argv(settings, vllm_bin, launch)),
         ),
-        "edge": RenderedFile(
+        "edge": rendered(
             paths.edge_script,
-            env.get_template("edge.sh.j2").render(
-                edge_port=settings.edge_port,
-                caddyfile=paths.caddyfile,
-                run_dir=paths.run,
-                edge_data=paths.edge_data,
-                key_file=paths.api_key,
-                summed=edge_files(settings),
-                caddy=f"{supervisor_bin}/caddy",
-            ),
+            "edge.sh.j2",
             "755",
+            edge_port=settings.edge_port,
+            caddyfile=paths.caddyfile,
+            run_dir=paths.run,
+            edge_data=paths.edge_data,
+            key_file=paths.api_key,
+            summed=edge_files(settings),
+            caddy=f"{supervisor_bin}/caddy",
         ),
-        "caddyfile": RenderedFile(
+        "caddyfile": rendered(
             paths.caddyfile,
-            env.get_template("Caddyfile.j2").render(
-                served_model_name=settings.served_model_name,
-                upstream_port=settings.port,
-                sites=edge.sites,
-                bind=edge.bind,
-                default_sni=edge.default_sni,
-                tls=edge.tls,
-            ),
+            "Caddyfile.j2",
             "644",
+            served_model_name=settings.served_model_name,
+            upstream_port=settings.port,
+            sites=edge.sites,
+            bind=edge.bind,
+            default_sni=edge.default_sni,
+            tls=edge.tls,
         ),
     }
     if settings.supervisor == "systemd":
         common = {"user": user or "root", "group": group or "root"}
-        files["unit"] = RenderedFile(
+        files["unit"] = rendered(
             paths.unit_copy,
-            env.get_template("podkit-vllm.service.j2").render(
-                unit=UNIT_NAME,
-                served_model_name=settings.served_model_name,
-                port=settings.port,
-                launch_script=paths.launch_script,
-                log_file=paths.log_file,
-                stop_timeout=60,
-                **common,
-            ),
+            "podkit-vllm.service.j2",
             "644",
+            unit=UNIT_NAME,
+            served_model_name=settings.served_model_name,
+            port=settings.port,
+            launch_script=paths.launch_script,
+            log_file=paths.log_file,
+            stop_timeout=60,
+            **common,
         )
-        files["edge_unit"] = RenderedFile(
+        files["edge_unit"] = rendered(
             paths.edge_unit_copy,
-            env.get_template("podkit-edge.service.j2").render(
-                edge_port=settings.edge_port,
-                vllm_unit=UNIT_NAME,
-                edge_script=paths.edge_script,
-                log_file=paths.edge_log,
-                **common,
-            ),
+            "podkit-edge.service.j2",
             "644",
+            edge_port=settings.edge_port,
+            vllm_unit=UNIT_NAME,
+            edge_script=paths.edge_script,
+            log_file=paths.edge_log,
+            **common,
         )
         return files
-    files["supervisord"] = RenderedFile(
+    files["supervisord"] = rendered(
         paths.supervisord_conf,
-        env.get_template("supervisord.conf.j2").render(
-            conf=paths.supervisord_conf,
-            supervisorctl=f"{supervisor_bin}/supervisorctl",
-            socket=paths.supervisor_socket,
-            supervisord_log=paths.supervisord_log,
-            pidfile=paths.supervisord_pid,
-            root=paths.root,
-            logs=paths.logs,
-            start_retries=settings.start_retries,
-            start_seconds=START_SECONDS,
-            log_max_bytes=settings.log_max_bytes,
-            log_keep=settings.log_keep,
-            programs=[
-                {
-                    "name": "vllm",
-                    "command": [paths.launch_script],
-                    "start_seconds": START_SECONDS,
-                    "stop_seconds": 70,  # the launch script's own 60 s for vLLM plus 10 s for its group
-                    "log": paths.log_file,
-                },
-                {
-                    "name": "edge",
-                    "command": [paths.edge_script],
-                    "start_seconds": 2,
-                    "stop_seconds": 10,
-                    "log": paths.edge_log,
-                },
-            ],
-        ),
+        "supervisord.conf.j2",
         "644",
+        conf=paths.supervisord_conf,
+        supervisorctl=f"{supervisor_bin}/supervisorctl",
+        socket=paths.supervisor_socket,
+        supervisord_log=paths.supervisord_log,
+        pidfile=paths.supervisord_pid,
+        root=paths.root,
+        logs=paths.logs,
+        start_retries=settings.start_retries,
+        start_seconds=START_SECONDS,
+        log_max_bytes=settings.log_max_bytes,
+        log_keep=settings.log_keep,
+        programs=[
+            {
+                "name": "vllm",
+                "command": [paths.launch_script],
+                "start_seconds": START_SECONDS,
+                "stop_seconds": 70,  # the launch script's own 60 s for vLLM plus 10 s for its group
+                "log": paths.log_file,
+            },
+            {
+                "name": "edge",
+                "command": [paths.edge_script],
+                "start_seconds": 2,
+                "stop_seconds": 10,
+                "log": paths.edge_log,
+            },
+        ],
     )
     return files
 
