@@ -24,7 +24,7 @@ from podkit import project_path
 from podkit.client.targets import pin_ca, way_in
 from podkit.host.preflight import choose_vllm, host_problems
 from podkit.host.probe import Unit, edge_files, managed_files, server_config
-from podkit.host.render import host_files
+from podkit.host.render import edge_problems, host_files
 from podkit.keys import ApiKeyError, ensure_key, file_content, key_digest, read_hf_token
 from podkit.plan.checkpoints import from_hub
 from podkit.plan.hostplan import plan_host
@@ -52,7 +52,10 @@ package, found = choose_vllm(settings, pod)
 launch = plan_host(settings, pod, prefer_fp8=settings.prefer_fp8, resolve=lambda m: from_hub(m, token=hf_token))
 preflight.checks(
     name="Ensure the model, its context and its download fit this host before anything is installed",
-    problems=pod.lock_problems() + host_problems(settings, pod, needs_install=found is None) + launch.problems,
+    problems=pod.lock_problems()
+    + host_problems(settings, pod, needs_install=found is None)
+    + edge_problems(way)
+    + launch.problems,
     summary="; ".join(filter(None, [launch.summary(), pod.lock_note()])),
 )
 

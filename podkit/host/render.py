@@ -146,6 +146,18 @@ class EdgeSites:
     tls: str
 
 
+def edge_problems(way: WayIn) -> list[str]:
+    """Why the edge cannot serve a certificate a client would accept at its address (an address
+    that is neither an IP address nor a DNS name, e.g. ``my_box``): said before anything changes."""
+    if way.tls in ("internal", "acme") and way.address and host_address(way.address) is None:
+        return [
+            f"clients reach this host as {way.address!r}, which a TLS certificate cannot name (it is neither "
+            "an IP address nor a DNS name): set ssh_hostname to its address, or podkit_endpoint_url, or "
+            "podkit_tls = 'off' behind a proxy of your own"
+        ]
+    return []
+
+
 def edge_sites(settings: Settings, way: WayIn) -> EdgeSites:
     """The edge's sites for a host reached ``way``: plain HTTP on the port for any name when TLS
     is off; with TLS, a certificate for each name a client may use (the way's address, the

@@ -14,7 +14,7 @@ from podkit.client.targets import (
     pin_ca,
     way_in,
 )
-from podkit.host.render import EdgeSites, edge_sites
+from podkit.host.render import EdgeSites, edge_problems, edge_sites
 from tests.helpers import settings
 
 POD = {"runpod_pod_id": "abc123", "runpod_public_ip": "203.0.113.7", "runpod_tcp_ports": {"22": 40122}}
@@ -169,6 +169,25 @@ def test_is_loopback(address, loopback):
 def test_edge_sites_for_each_way_in(data, public, sites):
     chosen = settings(podkit_public=public, **{k: v for k, v in data.items() if k.startswith("podkit_")})
     assert edge_sites(chosen, way_in("box", data, chosen.edge_port)) == sites
+
+
+@pytest.mark.parametrize(
+    "data, problem",
+    [
+        ({"ssh_hostname": "10.0.0.5"}, None),
+        ({"ssh_hostname": "gpu-box-1.lan"}, None),
+        ({"ssh_hostname": "127.0.0.1"}, None),  # loopback: plain HTTP, no certificate
+        ({"ssh_hostname": "my_box"}, "clients reach this host as 'my_box', which a TLS certificate cannot name"),
+        ({"ssh_hostname": "my_box", "podkit_tls": "off"}, None),
+        ({"ssh_hostname": "my_box", "podkit_endpoint_url": "https://llm.example.com"}, None),
+    ],
+)
+def test_an_address_no_certificate_can_name_is_refused_before_anything_changes(data, problem):
+    found = edge_problems(way_in("box", data, 8000))
+    if problem is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and found[0].startswith(problem) and "podkit_tls = 'off'" in found[0]
 
 
 def test_the_edge_ca_is_pinned_once_per_host_and_rewritten_only_when_it_changed(tmp_path, monkeypatch):
