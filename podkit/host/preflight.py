@@ -50,7 +50,7 @@ def host_problems(settings: Settings, state: HostState, *, needs_install: bool) 
     if needs_install and state.volume_writable and (space := install_space_problem(settings, state)):
         problems.append(space)
     problems += _supervisor_problems(settings, state)
-    listening = state.port_listening if isinstance(state.port_listening, dict) else {"vllm": state.port_listening}
+    listening = state.port_listening
     if listening.get("vllm") and not state.server_pid and not state.legacy_runner:
         problems.append(
             f"port {settings.port} is already in use by a process podkit did not start; stop it or set vllm_port"

@@ -232,7 +232,7 @@ class HostState:
     vllm_pid: int | None
     serving: dict[str, str]
     crashes: int
-    port_listening: bool | dict[str, bool]  # {"vllm", "edge"}: something listens on that port
+    port_listening: dict[str, bool]  # {"vllm", "edge"}: something listens on that port
     endpoint: dict[str, Any] | None
     model_dir: dict[str, Any] | None = None
     checkpoint: dict[str, Any] | None = None  # what a previous fetch recorded for this model spec
@@ -284,7 +284,7 @@ class HostState:
             vllm_pid=None,
             serving={},
             crashes=0,
-            port_listening=False,
+            port_listening={},
             endpoint=None,
             unreadable=reason,
         )

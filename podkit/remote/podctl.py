@@ -177,15 +177,18 @@ def unit_up(unit):
     return bool(unit) and unit.get("active") in ("active", "activating", "reloading")
 
 
-def supervisor_state(cfg):
+def supervisor_state(cfg, units=None):
     """What supervises the programs and what they run now, the same for both supervisors:
     ``pid`` (supervisord's, or 1 while the vLLM unit is up), ``programs`` ({name: state}, as
     supervisord or systemd says), and from the pid files the launch and edge scripts write:
     ``vllm_pid``, ``edge_pid``, what each was started from (``serving``, ``edge_serving``), and
-    ``crashes`` (vLLM's exits since the deploy last started it)."""
+    ``crashes`` (vLLM's exits since the deploy last started it). ``units``: the two units' states
+    when the caller read them already (the probe does, for its own fields)."""
     state = server_state(cfg["run_dir"])
     if cfg.get("supervisor") == "systemd":
-        units = dict((name, unit_state(cfg.get(key)) or {}) for name, key in (("vllm", "unit"), ("edge", "edge_unit")))
+        if units is None:
+            units = {"vllm": unit_state(cfg.get("unit")), "edge": unit_state(cfg.get("edge_unit"))}
+        units = dict((name, unit or {}) for name, unit in units.items())
         state.update(
             pid=1 if unit_up(units["vllm"]) else None,
             programs=dict((name, (unit.get("active") or "inactive").upper()) for name, unit in units.items()),
@@ -1020,10 +1023,10 @@ START_MARKERS = ("podkit: starting vLLM", "podkit-runner: starting vLLM")
 
 
 def probe(cfg):
-    runner = supervisor_state(cfg)
+    unit, edge_unit = unit_state(cfg.get("unit")), unit_state(cfg.get("edge_unit"))  # one systemctl each
+    runner = supervisor_state(cfg, {"vllm": unit, "edge": edge_unit})
     who = account()
     vol = volume(cfg["volume"])
-    unit = unit_state(cfg.get("unit"))
     state = {
         "podctl": 1,
         "python": sys.executable,
@@ -1034,7 +1037,7 @@ def probe(cfg):
         "volume": vol,
         "systemd": os.path.isdir(SYSTEMD_RUNNING),
         "unit": unit,
-        "edge_unit": unit_state(cfg.get("edge_unit")),
+        "edge_unit": edge_unit,
         "sudo": sudo_state(cfg, who, vol, unit),
         "vllm": {"venv": venv_dists(cfg["venv"]), "system": system_dists()},
         "files": {path: sha256_of(path) for path in cfg["files"]},
@@ -1332,6 +1335,12 @@ def describe(cfg):
     }
 
 
+def reset_crashes(run_dir):
+    """vLLM's exit count starts again at 0 when the deploy starts it."""
+    with open(os.path.join(run_dir, "crashes"), "w") as handle:
+        handle.write("0\n")
+
+
 def supervise(cfg):
     """Bring supervision to what the deploy asked, without waiting for a program's start to finish
     (readiness is the deploy's next step): ``reload`` stops supervisord (and its programs) first,
@@ -1366,8 +1375,7 @@ def supervise(cfg):
         done.append("stopped supervisord (its config changed)")
         pid = None
     if not pid:
-        with open(os.path.join(run_dir, "crashes"), "w") as handle:
-            handle.write("0\n")
+        reset_crashes(run_dir)
         out = subprocess.run(
             [sup["bin"], "-c", sup["conf"]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
         )
@@ -1390,8 +1398,7 @@ def supervise(cfg):
             if states[name] in ("RUNNING", "STARTING", "BACKOFF"):
                 rpc.supervisor.stopProcess(name, True)
             if name == "vllm":
-                with open(os.path.join(run_dir, "crashes"), "w") as handle:
-                    handle.write("0\n")
+                reset_crashes(run_dir)
             rpc.supervisor.startProcess(name, False)
             done.append(("restarted " if restart else "started ") + name)
     except (OSError, xmlrpc.client.Error) as exc:
