@@ -17,6 +17,22 @@ does not: its sessions see fresh tmpfs mounts over the folders listed in
 ``volume`` is bind-mounted at ``volume_path`` inside the pod, so pods with
 different volumes can share the path the deploy and the venv expect. Needs
 root (ip netns, unshare, mount). Standard library only.
+
+With ``container_env``, the pod also has a container's process tree: its
+processes run in a PID namespace of their own, with a fresh ``/proc``, whose
+PID 1 (a small init that starts sshd and reaps orphans) carries exactly that
+environment, as a RunPod container's PID 1 carries ``RUNPOD_POD_ID`` and the
+pod-scoped ``RUNPOD_API_KEY``. SSH sessions and what they start (supervisord)
+read it from ``/proc/1/environ``. When PID 1 ends, the kernel ends everything
+else in the pod, as a container stop does. The key is handed over in a 0600
+file in the pod's state directory that the init deletes once read, never on
+a command line.
+
+    env = {"RUNPOD_POD_ID": "pod1", "RUNPOD_API_KEY": pod_key, "PATH": f"{STANDINS}:{DEFAULT_PATH}",
+           "RUNPOD_API_BASE_URL": f"http://10.210.0.1:{api.port}"}
+    pod = NetnsPod("pka", subnet=210, ..., container_env=env)
+    ssh = pod.start(host=2, port=2201)
+    ssh = pod.start(host=3, port=2202, container_env={**env, "RUNPOD_POD_ID": "pod2"})  # migrated
 """
 
 from __future__ import annotations
@@ -27,12 +43,53 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 from podkit.sandbox.sshd import PrivateSshd, SshHost
 
 WIPED = ("/root/.cache", "/var/tmp")
+
+#: The stand-in runpodctl (and any other stand-in command a pod's PATH may lead with).
+STANDINS = Path(__file__).resolve().parent / "standins"
+
+#: The PATH of a Debian/Ubuntu image, as RunPod's images set it.
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+#: PID 1 of a pod with a container environment. Started as ``init.py ENV_FILE ARGV...`` in the
+#: new PID namespace, it reads the environment from ENV_FILE, deletes the file and re-executes
+#: itself with exactly that environment (PID 1's environ is what the exec was given), then runs
+#: ARGV (sshd) as its child, forwards stop signals to it, reaps every orphan the pod leaves
+#: (daemons re-parent to it) and exits when ARGV does.
+_INIT = """\
+import json, os, signal, sys
+
+if sys.argv[1] != "--":
+    with open(sys.argv[1]) as handle:
+        env = json.load(handle)
+    os.unlink(sys.argv[1])
+    os.execve(sys.executable, [sys.executable, "-I", "-S", sys.argv[0], "--", *sys.argv[2:]], env)
+child = os.fork()
+if child == 0:
+    os.execv(sys.argv[2], sys.argv[2:])
+
+
+def forward(signum, frame):
+    try:
+        os.kill(child, signum)
+    except ProcessLookupError:
+        pass
+
+
+for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+    signal.signal(signum, forward)
+while True:
+    pid, status = os.wait()
+    if pid == child:
+        code = os.waitstatus_to_exitcode(status)
+        sys.exit(code if code >= 0 else 128 - code)
+"""
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -49,6 +106,7 @@ class NetnsPod:
         volume_path: Path,
         client_key: Path,
         wiped: tuple[str, ...] = WIPED,
+        container_env: dict[str, str] | None = None,
     ) -> None:
         self.name = name  # the namespace's name; short (veth names are at most 15 characters)
         self.subnet = subnet
@@ -57,6 +115,8 @@ class NetnsPod:
         self.volume_path = Path(volume_path)
         self.client_key = Path(client_key)
         self.wiped = wiped
+        #: PID 1's environment in a PID namespace of the pod's own; None: no PID namespace (as before)
+        self.container_env = _checked_env(container_env)
         self.starts = 0
         self.sshd: PrivateSshd | None = None
         self.address: str | None = None
@@ -66,7 +126,9 @@ class NetnsPod:
         """The controller's address as the pod sees it."""
         return f"10.{self.subnet}.0.1"
 
-    def _ensure_namespace(self) -> None:
+    def ensure_namespace(self) -> None:
+        """Make the namespace and its link to this side (idempotent): :meth:`start` does it, and a
+        server the pod must reach (the replay of RunPod's API) may listen on :attr:`gateway` before."""
         if self.name in _ip("netns", "list").stdout.split():
             return
         outside, inside = f"{self.name}-h", f"{self.name}-p"
@@ -78,9 +140,15 @@ class NetnsPod:
         _ip("-n", self.name, "link", "set", "lo", "up")
         _ip("-n", self.name, "link", "set", inside, "up")
 
-    def start(self, host: int, port: int) -> SshHost:
-        """Start the pod at ``10.<subnet>.0.<host>:<port>`` with a new host key and a fresh container disk."""
-        self._ensure_namespace()
+    def start(self, host: int, port: int, container_env: dict[str, str] | None = None) -> SshHost:
+        """Start the pod at ``10.<subnet>.0.<host>:<port>`` with a new host key and a fresh container disk.
+
+        + container_env: replaces the pod's container environment from this start on (a migrated
+          pod gets a new RUNPOD_POD_ID); None keeps the one it has
+        """
+        if container_env is not None:
+            self.container_env = _checked_env(container_env)
+        self.ensure_namespace()
         inside = f"{self.name}-p"
         _ip("-n", self.name, "addr", "flush", "dev", inside)
         self.address = f"10.{self.subnet}.0.{host}"
@@ -95,7 +163,31 @@ class NetnsPod:
         for folder in self.wiped:
             mounts.append(f"mkdir -p {_q(folder)} && mount -t tmpfs -o size=64m podkit-wiped {_q(folder)}")
         self.sshd = PrivateSshd(state, listen=self.address, port=port, netns=self.name, setup="\n".join(mounts))
+        if self.container_env is not None:
+            self.sshd.setup += "\n" + self._pid_namespace(self.sshd)
         return self.sshd.start()
+
+    def _pid_namespace(self, sshd: PrivateSshd) -> str:
+        """Shell lines that end the sshd's setup script by exec'ing sshd (``"$@"``, the command line the
+        script was given) in a new PID namespace under :data:`_INIT`, with :attr:`container_env`.
+
+        PrivateSshd finds its server through the pid file, by a host pid whose command line names sshd
+        and its config: sshd there would write its pid inside the namespace, so it writes none
+        (``-o PidFile=none``) and the pid file names this shell, which becomes ``unshare``: the root
+        of the pod's process tree, which :meth:`PrivateSshd.stop` ends deepest first."""
+        init = sshd.state_dir / "init.py"
+        init.write_text(_INIT)
+        env_file = sshd.state_dir / "container-env.json"
+        env_file.unlink(missing_ok=True)
+        fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(self.container_env, handle)
+        python = shlex.quote(sys.executable)
+        return (
+            f"echo $$ > {_q(sshd.pid_file)}\n"
+            f"exec unshare --pid --fork --kill-child --mount-proc {python} -I -S {_q(init)} {_q(env_file)}"
+            ' "$@" -o PidFile=none'
+        )
 
     def pids(self) -> list[int]:
         out = _ip("netns", "pids", self.name, check=False).stdout
@@ -115,6 +207,7 @@ class NetnsPod:
             time.sleep(0.1)
         if self.sshd is not None:
             self.sshd.stop()
+            (self.sshd.state_dir / "container-env.json").unlink(missing_ok=True)  # if PID 1 never read it
 
     def destroy(self) -> None:
         self.stop()
@@ -175,3 +268,12 @@ def copy_volume(source: Path, target: Path) -> None:
 
 def _q(path) -> str:
     return shlex.quote(str(path))
+
+
+def _checked_env(env: dict[str, str] | None) -> dict[str, str] | None:
+    if env is None:
+        return None
+    for name, value in env.items():
+        if not name or "=" in name or "\0" in name or "\0" in str(value):
+            raise ValueError(f"container_env: {name!r} cannot be set (a name needs no '=' or NUL, a value no NUL)")
+    return {name: str(value) for name, value in env.items()}
