@@ -23,12 +23,21 @@ from operations import checkpoint, facts, interrupt, preflight, supervisor, vllm
 from podkit import project_path
 from podkit.client.targets import pin_ca, way_in
 from podkit.host.preflight import choose_vllm, host_problems
-from podkit.host.probe import Unit, edge_files, managed_files, server_config
+from podkit.host.probe import Unit, edge_files, idle_files, managed_files, server_config
 from podkit.host.render import edge_problems, host_files
 from podkit.keys import ApiKeyError, ensure_key, file_content, key_digest, read_hf_token
 from podkit.plan.checkpoints import from_hub
 from podkit.plan.hostplan import plan_host
-from podkit.settings import EDGE_UNIT_NAME, EDGE_UNIT_PATH, UNIT_NAME, UNIT_PATH, Settings, SettingsError
+from podkit.settings import (
+    EDGE_UNIT_NAME,
+    EDGE_UNIT_PATH,
+    IDLE_UNIT_NAME,
+    IDLE_UNIT_PATH,
+    UNIT_NAME,
+    UNIT_PATH,
+    Settings,
+    SettingsError,
+)
 
 try:  # all of the host's data, so a misspelt podkit_/vllm_ key is refused, not ignored
     settings = Settings.from_mapping(host.data.dict())
@@ -94,6 +103,8 @@ files = host_files(
     way=way,
     user=pod.user,
     group=pod.group,
+    host_name=host.name,
+    pod_id=host.data.get("runpod_pod_id"),
 )
 
 
@@ -158,7 +169,7 @@ if launch.fetch:
     )
 
 # 6. The launch script, 7. the edge (Caddy: only /v1 with the key, /health; TLS when clients come
-#    in directly), and 8. what keeps both running: supervisord, or systemd units (podkit_supervisor).
+#    in directly), 8. the idle watcher, and 9. what keeps them running: supervisord, or systemd units.
 served = f"{launch.fetch.repo}@{launch.fetch.revision[:12]}" if launch.fetch else launch.model
 managed(f"Ensure the launch script serves {served} as {settings.served_model_name} on 127.0.0.1 only", "launch")
 managed("Ensure the edge script runs Caddy with the key from its file", "edge")
@@ -166,6 +177,18 @@ managed(
     f"Ensure the Caddyfile lets only /v1 with the key and /health through port {settings.edge_port}"
     + (f" (TLS: {way.tls})" if way.tls != "off" else ""),
     "caddyfile",
+)
+# 8. The idle watcher: after podkit_idle_stop_minutes without a request it stops the pod (RunPod)
+#    or the server (bare metal); at 0 it only keeps the idle time for podkit status.
+idle_what = "the pod" if host.data.get("runpod_pod_id") else "the server"
+managed("Ensure the idle watcher's program is current", "idle_script")
+managed(
+    f"Ensure the idle watcher stops {idle_what} after {settings.idle_stop_minutes} minute"
+    + ("s" if settings.idle_stop_minutes != 1 else "")
+    + " without a request"
+    if settings.idle_stop_minutes
+    else "Ensure the idle watcher keeps the idle time and stops nothing (podkit_idle_stop_minutes = 0)",
+    "idle_config",
 )
 sums = {f.path: f.sha256 for f in files.values()} | {paths.api_key: key_digest(key)}
 
@@ -177,6 +200,7 @@ def changed(paths_read: list[str]) -> bool:
 # Restart what reads changed files (content: a mode put back changes nothing), or runs older files.
 restart_vllm = changed(managed_files(settings)) or installed.will_change or not pod.serving_current_files()
 restart_edge = changed(edge_files(settings)) or installed.will_change or not pod.edge_current_files()
+restart_idle = changed(idle_files(settings)) or installed.will_change
 supervisor.legacy_runner(
     name="Ensure no runner from an older podkit holds the port",
     runner_script=paths.legacy_runner_script,
@@ -187,6 +211,7 @@ systemd = settings.supervisor == "systemd"
 units = {
     UNIT_NAME: ("unit", UNIT_PATH, restart_vllm, pod.unit or Unit(UNIT_NAME)),
     EDGE_UNIT_NAME: ("edge_unit", EDGE_UNIT_PATH, restart_edge, pod.edge_unit or Unit(EDGE_UNIT_NAME)),
+    IDLE_UNIT_NAME: ("idle_unit", IDLE_UNIT_PATH, restart_idle, pod.idle_unit or Unit(IDLE_UNIT_NAME)),
 }
 if systemd:
     supervisor.supervisord_stopped(
@@ -226,19 +251,19 @@ else:
                 present=False,
                 as_root=pod.root,
             )
-    conf = managed("Ensure supervisord's config runs vLLM and the edge", "supervisord")
+    conf = managed("Ensure supervisord's config runs vLLM, the edge and the idle watcher", "supervisord")
     running = pod.supervisor_pid is not None
     supervisor.programs(
-        name="Ensure supervisord runs vLLM and the edge from the current files",
+        name="Ensure supervisord runs vLLM, the edge and the idle watcher from the current files",
         config={**server_config(settings), "supervisord_log": paths.supervisord_log},
         running=running,
         programs=pod.programs,
         reload=conf.will_change,
-        restart=[name for name, due in (("vllm", restart_vllm), ("edge", restart_edge)) if due],
+        restart=[name for name, due in (("vllm", restart_vllm), ("edge", restart_edge), ("idle", restart_idle)) if due],
     )
     restarted = restart_vllm or conf.will_change or not running
 
-# 9. Readiness: vLLM answers on loopback and lists the served model (with the key), and the edge
+# 10. Readiness: vLLM answers on loopback and lists the served model (with the key), and the edge
 #    answers /health; with TLS from Caddy's CA, its root certificate is pinned on the controller.
 if way.tls == "internal" and pod.ca_root:
     pin_ca(host.name, pod.ca_root)

@@ -9,7 +9,7 @@ import shlex
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 
-from podkit.host.probe import orphan_line, podctl_command
+from podkit.host.probe import PROGRAMS, orphan_line, podctl_command
 
 
 def _supervise(state, host, cfg: dict) -> bool:
@@ -50,20 +50,20 @@ def programs(
     + running: the probe found this config's supervisord running
     + programs: the probe's ``{program: state}``
     + reload: supervisord.conf changed: stop supervisord and its programs, start it again
-    + restart: programs whose files changed (``vllm``, ``edge``)
+    + restart: programs whose files changed (``vllm``, ``edge``, ``idle``)
 
     **Example:**
 
     .. code:: python
 
         supervisor.programs(
-            name="Ensure supervisord runs vLLM and the edge from the current files",
+            name="Ensure supervisord runs vLLM, the edge and the idle watcher from the current files",
             config=cfg, running=True, programs={"vllm": "RUNNING", "edge": "RUNNING"}, restart=["vllm"],
         )
     """
-    stopped = [name for name in ("vllm", "edge") if programs.get(name) not in ("RUNNING", "STARTING", "BACKOFF")]
+    stopped = [name for name in PROGRAMS if programs.get(name) not in ("RUNNING", "STARTING", "BACKOFF")]
     if running and not reload and not restart and not stopped:
-        host.noop("supervisord runs vLLM and the edge from the current files")
+        host.noop("supervisord runs vLLM, the edge and the idle watcher from the current files")
         return
     yield FunctionCommand(_supervise, ({**config, "reload": bool(running and reload), "restart": list(restart)},), {})
 

@@ -125,6 +125,21 @@ def whole(minimum: int) -> Check:
     return whole
 
 
+def minutes(value: Any, key: str) -> int:
+    """Whole minutes, 0 or more (a fraction would be cut without a word, so it is refused)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != int(value):
+        raise SettingsError(f"{key} must be whole minutes (0 = off), e.g. 30; got {value!r}")
+    return int(value)
+
+
+def optional_price(value: Any, key: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise SettingsError(f"{key} must be a price in US dollars per hour (e.g. 1.99) or None; got {value!r}")
+    return float(value)
+
+
 def choice(choices: tuple[str, ...]) -> Check:
     def choice(value: Any, key: str) -> str:
         if value not in choices:

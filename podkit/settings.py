@@ -44,6 +44,8 @@ UNIT_NAME = "podkit-vllm.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
 EDGE_UNIT_NAME = "podkit-edge.service"
 EDGE_UNIT_PATH = f"/etc/systemd/system/{EDGE_UNIT_NAME}"
+IDLE_UNIT_NAME = "podkit-idle.service"
+IDLE_UNIT_PATH = f"/etc/systemd/system/{IDLE_UNIT_NAME}"
 # Settings that are gone, with what replaced them (a host's data that still sets one is refused with this).
 RETIRED = {
     "vllm_host": "vLLM now listens on 127.0.0.1 only and Caddy owns the served port (podkit_edge_port); "
@@ -188,6 +190,25 @@ SETTINGS: tuple[Setting, ...] = (
         checks.optional_domain,
         "a DNS name for the host: Caddy serves HTTPS with an ACME (Let's Encrypt) certificate for it",
     ),
+    # --- Cost: what a host costs while nobody codes ---
+    # A watcher under the same supervisor as vLLM reads vLLM's own request counters over loopback.
+    # After this many minutes with no request running, waiting or finished, it stops the pod
+    # (RunPod, with the pod's own runpodctl and pod-scoped key) or the server (bare metal; the edge
+    # then answers 503 saying how to start it). A request in flight or an open stream is activity.
+    Setting(
+        "podkit_idle_stop_minutes",
+        0,
+        checks.minutes,
+        "stop the pod (RunPod) or the server (bare metal) after this many minutes without a request; "
+        "`0` = never (the idle time is still shown by `podkit status`); 30 suits a working day",
+    ),
+    # RunPod reports each pod's price (costPerHr); a bare-metal box's is yours to give.
+    Setting(
+        "podkit_usd_per_hour",
+        None,
+        checks.optional_price,
+        "what a bare-metal host costs per hour, for `podkit status`'s spend (RunPod pods report their own)",
+    ),
     # --- What is served, and how ---
     # A folder on the host needs a config.json.
     Setting(
@@ -310,6 +331,14 @@ class Paths:
     hf_token = property(lambda self: self._at("secrets", "hf_token"))
     unit_copy = property(lambda self: self._at("bin", UNIT_NAME))  # installed to UNIT_PATH with sudo
     edge_unit_copy = property(lambda self: self._at("bin", EDGE_UNIT_NAME))
+    # the idle watcher: its program and config, the state it leaves for podkit status, its log, and
+    # the marker that says the server was stopped on purpose (the edge reads it; a start removes it)
+    idle_script = property(lambda self: self._at("bin", "idle.py"))
+    idle_config = property(lambda self: self._at("bin", "idle.json"))
+    idle_state = property(lambda self: self._at("run", "idle.json"))
+    idle_log = property(lambda self: self._at("logs", "idle.log"))
+    stopped_marker = property(lambda self: self._at("run", "stopped.json"))
+    idle_unit_copy = property(lambda self: self._at("bin", IDLE_UNIT_NAME))
 
     @property
     def hub_cache(self) -> str:

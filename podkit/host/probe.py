@@ -16,9 +16,20 @@ from typing import Any
 
 from podkit.host.install import CPU_BREAKERS
 from podkit.plan.gpus import supports_fp8
-from podkit.settings import EDGE_UNIT_NAME, EDGE_UNIT_PATH, UNIT_NAME, UNIT_PATH, PackageSpec, Settings
+from podkit.settings import (
+    EDGE_UNIT_NAME,
+    EDGE_UNIT_PATH,
+    IDLE_UNIT_NAME,
+    IDLE_UNIT_PATH,
+    UNIT_NAME,
+    UNIT_PATH,
+    PackageSpec,
+    Settings,
+)
 
 _HEREDOC = "PODKIT_PODCTL_EOF"
+# what supervisord runs: the server, the edge, the idle watcher
+PROGRAMS = ("vllm", "edge", "idle")
 
 
 class ProbeError(RuntimeError):
@@ -58,6 +69,7 @@ def server_config(settings: Settings, tls: bool = False) -> dict[str, Any]:
         "supervisor": settings.supervisor,
         "unit": UNIT_NAME,
         "edge_unit": EDGE_UNIT_NAME,
+        "idle_unit": IDLE_UNIT_NAME,
         "supervisord": {
             "conf": paths.supervisord_conf,
             "pidfile": paths.supervisord_pid,
@@ -87,7 +99,11 @@ def probe_config(settings: Settings, controller: dict[str, Any] | None = None) -
         "volume": paths.volume,
         "venv": paths.venv,
         # the token's sum decides its upload only; the unit's (volume copy and installed) its install
-        "files": managed_files(settings) + edge_files(settings)[:2] + [paths.hf_token] + supervision_files(settings),
+        "files": managed_files(settings)
+        + edge_files(settings)[:2]
+        + idle_files(settings)
+        + [paths.hf_token]
+        + supervision_files(settings),
         "dirs": sorted(paths.directories()),
         "model_dir": model if local else None,
     }
@@ -105,11 +121,17 @@ def edge_files(settings: Settings) -> list[str]:
     return [paths.edge_script, paths.caddyfile, paths.api_key]
 
 
+def idle_files(settings: Settings) -> list[str]:
+    """Files whose content decides what the running idle watcher is."""
+    paths = settings.paths
+    return [paths.idle_script, paths.idle_config]
+
+
 def supervision_files(settings: Settings) -> list[str]:
     """What supervises the programs: supervisord's config, or the units (volume copy and installed)."""
     paths = settings.paths
     if settings.supervisor == "systemd":
-        return [paths.unit_copy, UNIT_PATH, paths.edge_unit_copy, EDGE_UNIT_PATH]
+        return [paths.unit_copy, UNIT_PATH, paths.edge_unit_copy, EDGE_UNIT_PATH, paths.idle_unit_copy, IDLE_UNIT_PATH]
     return [paths.supervisord_conf]
 
 
@@ -245,6 +267,7 @@ class HostState:
     tree_writable: bool | None = None  # <volume>/podkit, when it exists
     unit: Unit | None = None  # None where systemd does not run
     edge_unit: Unit | None = None
+    idle_unit: Unit | None = None
     sudo: dict[str, Any] = field(default_factory=dict)  # {"needs": [...], "ok": bool | None, "error": str | None}
     #: mode and owner of every managed file and folder: {path: {"mode": "755", "user", "group"} or None}
     modes: dict[str, dict[str, str] | None] = field(default_factory=dict)
@@ -357,12 +380,12 @@ class HostState:
         return [orphan_line(orphan) for orphan in self.orphans]
 
     def supervised(self, supervisor: str) -> bool:
-        """The chosen supervisor is up (supervisord's process, or both units starting or active)
-        and runs both programs (none FATAL or stopped)."""
+        """The chosen supervisor is up (supervisord's process, or the units starting or active)
+        and runs every program, vLLM, the edge and the idle watcher (none FATAL or stopped)."""
         if supervisor == "systemd":
-            return all(unit is not None and unit.up for unit in (self.unit, self.edge_unit))
+            return all(unit is not None and unit.up for unit in (self.unit, self.edge_unit, self.idle_unit))
         return self.supervisor_pid is not None and all(
-            self.programs.get(name) in ("RUNNING", "STARTING", "BACKOFF") for name in ("vllm", "edge")
+            self.programs.get(name) in ("RUNNING", "STARTING", "BACKOFF") for name in PROGRAMS
         )
 
 
@@ -443,6 +466,7 @@ def parse_probe(output: str) -> HostState:
         tree_writable=vol.get("tree_writable"),
         unit=Unit(**data["unit"]) if data.get("unit") else None,
         edge_unit=Unit(**data["edge_unit"]) if data.get("edge_unit") else None,
+        idle_unit=Unit(**data["idle_unit"]) if data.get("idle_unit") else None,
         sudo=data.get("sudo") or {},
         modes=data.get("modes") or {},
         orphans=data.get("orphans") or [],

@@ -25,8 +25,9 @@ first; these hold even for a value that got past them):
 - ``supervisor_command``: a ``command=`` line, each word quoted as supervisord
   splits it (``shlex``), ``%`` escaped.
 
-The Caddyfile gets no datum but numbers and the names :func:`edge_sites` has
-checked to be IP addresses or DNS names.
+The Caddyfile gets no datum but numbers, the names :func:`edge_sites` has
+checked to be IP addresses or DNS names, and the host's name through
+``caddy_text`` (letters, digits, ``_.-``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 import jinja2
@@ -77,7 +79,14 @@ def _environment(templates: Path) -> jinja2.Environment:
     env.filters["unit_value"] = unit_value
     env.filters["supervisor_value"] = supervisor_value
     env.filters["supervisor_command"] = supervisor_command
+    env.filters["caddy_text"] = caddy_text
     return env
+
+
+def caddy_text(value: str) -> str:
+    """A name inside a Caddyfile string (a host name in an error message): letters, digits and
+    ``_.-`` only, the rest made ``-``, so it can neither end the string nor be a ``{placeholder}``."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", str(value)) or "-"
 
 
 def env_name(value: str) -> str:
@@ -230,10 +239,14 @@ def host_files(
     templates: Path = TEMPLATES,
     user: str | None = None,
     group: str | None = None,
+    host_name: str = "",
+    pod_id: str | None = None,
 ) -> dict[str, RenderedFile]:
     """Every file podkit writes on one host, keyed by role: the env file, the launch script, the
-    edge's script and Caddyfile, and what supervises them: ``supervisord.conf``, or with
-    ``podkit_supervisor = "systemd"`` two units (run as ``user``:``group``, the SSH user's)."""
+    edge's script and Caddyfile, the idle watcher and its config, and what supervises them:
+    ``supervisord.conf``, or with ``podkit_supervisor = "systemd"`` three units (run as
+    ``user``:``group``, the SSH user's). ``pod_id``: the RunPod pod the host is (the watcher
+    stops the pod, not the server)."""
     env = _environment(templates)
     paths = settings.paths
 
@@ -257,6 +270,7 @@ def host_files(
             run_dir=paths.run,
             env_file=paths.env_file,
             key_file=paths.api_key,
+            stopped_marker=paths.stopped_marker,
             summed=managed_files(settings),
             argv_groups=argv_groups(serve_argv(settings, vllm_bin, launch)),
         ),
@@ -282,8 +296,12 @@ def host_files(
             bind=edge.bind,
             default_sni=edge.default_sni,
             tls=edge.tls,
+            host_name=host_name,
         ),
+        "idle_script": RenderedFile(paths.idle_script, idle_source(), "644"),
+        "idle_config": RenderedFile(paths.idle_config, idle_config(settings, host_name, pod_id), "644"),
     }
+    python = f"{paths.venv}/bin/python"
     if settings.supervisor == "systemd":
         common = {"user": user or "root", "group": group or "root"}
         files["unit"] = rendered(
@@ -306,6 +324,17 @@ def host_files(
             vllm_unit=UNIT_NAME,
             edge_script=paths.edge_script,
             log_file=paths.edge_log,
+            **common,
+        )
+        files["idle_unit"] = rendered(
+            paths.idle_unit_copy,
+            "podkit-idle.service.j2",
+            "644",
+            vllm_unit=UNIT_NAME,
+            python=python,
+            script=paths.idle_script,
+            config=paths.idle_config,
+            log_file=paths.idle_log,
             **common,
         )
         return files
@@ -339,9 +368,47 @@ def host_files(
                 "stop_seconds": 10,
                 "log": paths.edge_log,
             },
+            {
+                "name": "idle",
+                "command": [python, paths.idle_script, paths.idle_config],
+                "start_seconds": 2,
+                "stop_seconds": 5,
+                "log": paths.idle_log,
+            },
         ],
     )
     return files
+
+
+def idle_source() -> str:
+    """The idle watcher's program, as it runs on the host (``podkit/remote/idle.py``)."""
+    return resources.files("podkit.remote").joinpath("idle.py").read_text()
+
+
+def idle_config(settings: Settings, host_name: str, pod_id: str | None) -> str:
+    """The watcher's config (JSON; no secret): where vLLM's counters are, how long idle is too
+    long, and what to stop: the pod through runpodctl (``pod_id``), else vLLM under its supervisor."""
+    paths = settings.paths
+    config = {
+        "host": host_name,
+        "metrics_url": f"http://127.0.0.1:{settings.port}/metrics",
+        "idle_seconds": settings.idle_stop_minutes * 60,
+        "poll_seconds": IDLE_POLL_SECONDS,
+        "retry_seconds": 300,
+        "state_file": paths.idle_state,
+        "stopped_file": paths.stopped_marker,
+        "action": "runpod" if pod_id else "server",
+        "pod_id": pod_id,
+        "supervisor": settings.supervisor,
+        "supervisorctl": f"{paths.venv}/bin/supervisorctl",
+        "supervisord_conf": paths.supervisord_conf,
+        "unit": UNIT_NAME,
+    }
+    return json.dumps(config, indent=1, sort_keys=True) + "\n"
+
+
+# How often the watcher reads vLLM's counters: a stop comes at most this late.
+IDLE_POLL_SECONDS = 5
 
 
 # A program that exits sooner than this after its start counts as a failed start (retried with back-off).

@@ -177,6 +177,10 @@ def unit_up(unit):
     return bool(unit) and unit.get("active") in ("active", "activating", "reloading")
 
 
+# each program and the config key of its systemd unit
+UNIT_KEYS = (("vllm", "unit"), ("edge", "edge_unit"), ("idle", "idle_unit"))
+
+
 def supervisor_state(cfg, units=None):
     """What supervises the programs and what they run now, the same for both supervisors:
     ``pid`` (supervisord's, or 1 while the vLLM unit is up), ``programs`` ({name: state}, as
@@ -187,7 +191,7 @@ def supervisor_state(cfg, units=None):
     state = server_state(cfg["run_dir"])
     if cfg.get("supervisor") == "systemd":
         if units is None:
-            units = {"vllm": unit_state(cfg.get("unit")), "edge": unit_state(cfg.get("edge_unit"))}
+            units = dict((name, unit_state(cfg.get(key))) for name, key in UNIT_KEYS)
         units = dict((name, unit or {}) for name, unit in units.items())
         state.update(
             pid=1 if unit_up(units["vllm"]) else None,
@@ -1023,8 +1027,9 @@ START_MARKERS = ("podkit: starting vLLM", "podkit-runner: starting vLLM")
 
 
 def probe(cfg):
-    unit, edge_unit = unit_state(cfg.get("unit")), unit_state(cfg.get("edge_unit"))  # one systemctl each
-    runner = supervisor_state(cfg, {"vllm": unit, "edge": edge_unit})
+    # one systemctl each
+    unit, edge_unit, idle_unit = (unit_state(cfg.get(name)) for name in ("unit", "edge_unit", "idle_unit"))
+    runner = supervisor_state(cfg, {"vllm": unit, "edge": edge_unit, "idle": idle_unit})
     who = account()
     vol = volume(cfg["volume"])
     state = {
@@ -1038,6 +1043,7 @@ def probe(cfg):
         "systemd": os.path.isdir(SYSTEMD_RUNNING),
         "unit": unit,
         "edge_unit": edge_unit,
+        "idle_unit": idle_unit,
         "sudo": sudo_state(cfg, who, vol, unit),
         "vllm": {"venv": venv_dists(cfg["venv"]), "system": system_dists()},
         "files": {path: sha256_of(path) for path in cfg["files"]},

@@ -172,7 +172,7 @@ def test_a_migrated_pod_is_found_at_its_new_address_and_serves_again_in_seconds(
     # changes (the edge restarts with a certificate for it; vLLM keeps running on the volume's files)
     assert set(changed) <= {
         f"Ensure the Caddyfile lets only /v1 with the key and /health through port {PORT} (TLS: internal)",
-        "Ensure supervisord runs vLLM and the edge from the current files",
+        "Ensure supervisord runs vLLM, the edge and the idle watcher from the current files",
         f"Ensure vLLM answers and lists tiny-coder behind the edge on port {PORT}",
     }, changed
     assert op_changes(applied, "coder-b") == []

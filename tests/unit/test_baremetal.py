@@ -105,9 +105,17 @@ def unit_for(volume: str, **data):
     return files_for(volume, podkit_supervisor="systemd", **data)
 
 
-def test_systemd_replaces_supervisord_conf_with_two_units_on_the_volume():
+def test_systemd_replaces_supervisord_conf_with_three_units_on_the_volume():
     settings, files = unit_for("/srv/vllm")
-    assert set(files) == {"env", "launch", "edge", "caddyfile", "unit", "edge_unit"}
+    idle_files = {"idle_script", "idle_config"}
+    assert set(files) == {"env", "launch", "edge", "caddyfile", "unit", "edge_unit", "idle_unit"} | idle_files
+    idle = files["idle_unit"].content.splitlines()
+    assert files["idle_unit"].path == "/srv/vllm/podkit/bin/podkit-idle.service"
+    assert (
+        'ExecStart="/srv/vllm/podkit/venv/bin/python" "/srv/vllm/podkit/bin/idle.py" "/srv/vllm/podkit/bin/idle.json"'
+        in idle
+    )
+    assert {"User=ubuntu", "Restart=always", "StandardOutput=append:/srv/vllm/podkit/logs/idle.log"} <= set(idle)
     unit, edge = files["unit"], files["edge_unit"]
     assert unit.path == "/srv/vllm/podkit/bin/podkit-vllm.service" and unit.mode == "644"
     assert edge.path == "/srv/vllm/podkit/bin/podkit-edge.service" and edge.mode == "644"
@@ -129,7 +137,7 @@ def test_systemd_replaces_supervisord_conf_with_two_units_on_the_volume():
         assert not any(line.startswith("ExecStartPre") for line in lines), "the scripts record their own sums"
     default, supervised = files_for("/srv/vllm")
     assert default.supervisor == "supervisord"
-    assert set(supervised) == {"env", "launch", "edge", "caddyfile", "supervisord"}
+    assert set(supervised) == {"env", "launch", "edge", "caddyfile", "supervisord"} | idle_files
     # the scripts are the same whichever supervisor runs them, but for the name in launch.sh's comment
     for role in ("env", "edge", "caddyfile"):
         assert supervised[role].content == files[role].content, role
@@ -141,7 +149,9 @@ def test_systemd_replaces_supervisord_conf_with_two_units_on_the_volume():
     )
 
 
-@pytest.mark.parametrize("role, script", [("unit", "launch_script"), ("edge_unit", "edge_script")])
+@pytest.mark.parametrize(
+    "role, script", [("unit", "launch_script"), ("edge_unit", "edge_script"), ("idle_unit", "venv_python")]
+)
 def test_systemd_parses_the_units_and_finds_their_scripts(tmp_path, role, script):
     """systemd-analyze verify reads each unit as systemd would: quoting, % and $ in paths included."""
     analyze = shutil.which("systemd-analyze")
@@ -152,7 +162,8 @@ def test_systemd_parses_the_units_and_finds_their_scripts(tmp_path, role, script
     user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
     group = subprocess.run(["id", "-gn"], capture_output=True, text=True).stdout.strip()
     unit = files[role].content.replace("User=ubuntu", f"User={user}").replace("Group=gpu", f"Group={group}")
-    path = Path(getattr(settings.paths, script))
+    paths = settings.paths
+    path = Path(f"{paths.venv}/bin/python" if script == "venv_python" else getattr(paths, script))
     path.parent.mkdir(parents=True)
     unit_file = tmp_path / Path(files[role].path).name
     unit_file.write_text(unit)

@@ -424,14 +424,15 @@ def test_systemd_unit_state_and_what_readiness_sees(
         "supervisor": "systemd",
         "unit": "podkit-vllm.service",
         "edge_unit": "podkit-edge.service",
+        "idle_unit": "podkit-idle.service",
         "supervisord": {"pidfile": str(run / "supervisord.pid"), "conf": str(tmp_path / "supervisord.conf")},
     }
     runner = podctl.supervisor_state(cfg)
     assert runner["pid"] == supervisor_pid
-    assert runner["programs"] == {"vllm": program_state, "edge": program_state}
+    assert runner["programs"] == {"vllm": program_state, "edge": program_state, "idle": program_state}
     assert (runner["vllm_pid"], runner["crashes"], runner["supervisord"]) == (os.getpid(), 1, None)
     waited = WaitResult.parse(json.dumps({"ready": False, "runner": runner}))
-    assert waited.fatal == (["edge", "vllm"] if state == "gave_up" else [])
+    assert waited.fatal == (["edge", "idle", "vllm"] if state == "gave_up" else [])
     assert waited.hopeless == (not up)
 
 
@@ -458,7 +459,7 @@ def test_probe_on_a_systemd_host_reads_the_units_in_the_same_command(systemd_hos
     Path(settings.paths.run, "vllm.pid").write_text(pid_line(os.getpid()))
     state = parse_probe(json.dumps(podctl.probe(probe_config(settings))))
     assert state.systemd and state.unit.up and state.edge_unit.up and state.server_pid == os.getpid()
-    assert state.programs == {"vllm": "ACTIVE", "edge": "ACTIVE"}
+    assert state.programs == {"vllm": "ACTIVE", "edge": "ACTIVE", "idle": "ACTIVE"}
     assert state.supervised("systemd") and not state.supervised("supervisord")
     assert state.endpoint is not None, "a server launch.sh recorded is asked for /health under either supervisor"
     paths = settings.paths

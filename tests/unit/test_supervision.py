@@ -129,7 +129,7 @@ class Pod:
         os.chmod(paths.api_key, 0o600)
         venv_bin = Path(paths.venv) / "bin"
         venv_bin.mkdir(parents=True)
-        for name in ("supervisord", "supervisorctl"):
+        for name in ("supervisord", "supervisorctl", "python"):
             (venv_bin / name).symlink_to(supervisor_bin / name)
         (venv_bin / "caddy").write_text(STAND_IN_CADDY.format(control=shlex.quote(str(self.control))))
         (venv_bin / "caddy").chmod(0o755)
@@ -172,9 +172,9 @@ class Pod:
         return podctl.pid_alive(podctl.read_text(os.path.join(self.paths.run, name)))
 
     def running(self, timeout=20.0):
-        """Wait until supervisord says both programs are RUNNING; their pids, from the pid files."""
-        want = {"vllm": "RUNNING", "edge": "RUNNING"}
-        wait_for(lambda: self.programs() == want, timeout, f"both programs RUNNING (now {self.programs()})")
+        """Wait until supervisord says every program is RUNNING; vLLM's and the edge's pids, from the pid files."""
+        want = {"vllm": "RUNNING", "edge": "RUNNING", "idle": "RUNNING"}
+        wait_for(lambda: self.programs() == want, timeout, f"every program RUNNING (now {self.programs()})")
         return wait_for(lambda: self.pid("vllm.pid")), wait_for(lambda: self.pid("edge.pid"))
 
     def log(self):
@@ -240,6 +240,18 @@ def test_the_rendered_conf_is_read_by_supervisord_as_podkit_means_it(pod, superv
     assert conf["programs"] == {
         "vllm": [[paths.launch_script], paths.log_file, 4096, 2, 4, 1, True, True, True, "RestartUnconditionally"],
         "edge": [[paths.edge_script], paths.edge_log, 4096, 2, 4, 2, True, True, True, "RestartUnconditionally"],
+        "idle": [
+            [f"{paths.venv}/bin/python", paths.idle_script, paths.idle_config],
+            paths.idle_log,
+            4096,
+            2,
+            4,
+            2,
+            True,
+            True,
+            True,
+            "RestartUnconditionally",
+        ],
     }
 
 
@@ -249,7 +261,11 @@ def test_supervise_starts_supervisord_which_runs_both_programs_from_the_current_
     assert box.supervise() == {"ok": True, "done": ["started supervisord"]}
     vllm, edge = box.running()
     state = box.probe()
-    assert state.supervisor_pid == box.supervisord() and state.programs == {"vllm": "RUNNING", "edge": "RUNNING"}
+    assert state.supervisor_pid == box.supervisord() and state.programs == {
+        "vllm": "RUNNING",
+        "edge": "RUNNING",
+        "idle": "RUNNING",
+    }
     assert (state.vllm_pid, state.edge_pid) == (vllm, edge) and state.supervised("supervisord")
     # launch.sh and edge.sh recorded what they started from: a re-apply with the same files restarts nothing
     assert state.serving_current_files() and state.edge_current_files()
@@ -299,7 +315,7 @@ def test_an_edge_that_cannot_start_is_left_fatal_and_the_next_supervise_starts_i
     box = pod(podkit_start_retries=1)
     (box.control / "caddy-exit").write_text("")
     box.supervise()
-    wait_for(lambda: box.programs() == {"vllm": "RUNNING", "edge": "FATAL"}, 20, "the edge FATAL")
+    wait_for(lambda: box.programs() == {"vllm": "RUNNING", "edge": "FATAL", "idle": "RUNNING"}, 20, "the edge FATAL")
     assert Path(box.paths.edge_log).read_text().count("address already in use") == 2, "one start, one retry"
     state = box.probe()
     assert state.programs["edge"] == "FATAL" and not state.supervised("supervisord") and state.vllm_pid

