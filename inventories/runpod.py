@@ -22,7 +22,7 @@ Environment:
                                  when no restart explains it
     PODKIT_STATE_DIR             where the per-project host keys live (default .podkit/)
 
-For another selection, edit select() below. Every pod's host data carries
+For another selection, edit select() below (podkit up, down and status use it too). Every pod's host data carries
 runpod_pod_id, runpod_gpu_name, runpod_gpu_count, runpod_cost_per_hr,
 runpod_public_ip, runpod_tcp_ports and podkit_volume (the
 pod's volume mount path); settings for every pod go in group_data/runpod.py.
@@ -62,4 +62,7 @@ def _pods():
     return [(host.name, host.data) for host in hosts]
 
 
-runpod = _pods()
+# podkit up, down and status run this file as "podkit.pods" to read `select` alone: they see
+# stopped pods too, and resume or stop them.
+if __name__ != "podkit.pods":
+    runpod = _pods()

@@ -4,6 +4,9 @@
     podkit verify INVENTORY      prove an endpoint works for a coding agent
     podkit plan MODEL --gpu H100 will the model and its context fit
     podkit key rotate            make a new API key (then re-apply the deploy)
+    podkit status INVENTORY      up or stopped, idle minutes, spend, per host
+    podkit down INVENTORY        stop the pods (RunPod) or the servers (bare metal)
+    podkit up INVENTORY          resume, deploy and print the client settings
 
 ``podkit ...`` in a checkout is the same command. Every command takes
 --json where it reports something; messages go to stderr.
@@ -23,7 +26,7 @@ def cli():
 
 
 def _register() -> None:
-    from . import bench, cache, evaluate, key, plan, sandbox, verify
+    from . import bench, cache, evaluate, key, lifecycle, plan, sandbox, verify
     from .client import client as client_command
     from .tunnel import tunnel as tunnel_command
 
@@ -36,6 +39,9 @@ def _register() -> None:
     cli.add_command(key.key)
     cli.add_command(client_command)
     cli.add_command(tunnel_command)
+    cli.add_command(lifecycle.up)
+    cli.add_command(lifecycle.down)
+    cli.add_command(lifecycle.status)
 
 
 _register()

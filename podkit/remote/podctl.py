@@ -19,6 +19,10 @@ and only says whether the answer was right.
     reap    stop the orphaned engines a probe listed (that very pid and start time)
     supervise  start supervisord, or restart the programs it runs (over its own
             XML-RPC socket, without waiting for a start to finish)
+    status  what ``podkit status`` shows: programs, vLLM's start, model and context,
+            the idle watcher's last reading, why the server is stopped
+    down    stop vLLM on purpose (``podkit down`` on bare metal): the edge stays up
+            and answers 503 saying so
 """
 
 import fcntl
@@ -1412,6 +1416,91 @@ def supervise(cfg):
     return {"ok": True, "done": done}
 
 
+def boot_time():
+    try:
+        with open("/proc/stat") as handle:
+            for line in handle:
+                if line.startswith("btime "):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def started_at(pid):
+    """When live ``pid`` started, in seconds since the epoch (None when gone or unknown)."""
+    ticks, boot = starttime(pid) if pid else None, boot_time()
+    if ticks is None or boot is None:
+        return None
+    return boot + int(ticks) / float(os.sysconf("SC_CLK_TCK"))
+
+
+def status(cfg):
+    """What ``podkit status`` shows of a host, read on the host's own clock: the programs and
+    their states, when vLLM started, what it serves and with what context, the idle watcher's last
+    reading (in flight, last request, the deadline), and why the server is stopped, if it was
+    stopped on purpose."""
+    runner = supervisor_state(cfg)
+    pid = runner["vllm_pid"]
+    served = {"health": None, "models": None, "max_model_len": None}
+    if pid:
+        host = local_address(cfg["host"])
+        base = "http://%s:%d" % ("[%s]" % host if ":" in host else host, cfg["port"])
+        served["health"], _ = http_get(base + "/health")
+        if served["health"] == 200:
+            code, body = http_get(base + "/v1/models", read_text(cfg["key_file"]))
+            try:
+                models = json.loads(body.decode()).get("data", []) if code == 200 else []
+            except ValueError:
+                models = []
+            served["models"] = [m.get("id") for m in models]
+            served["max_model_len"] = next((m.get("max_model_len") for m in models if m.get("max_model_len")), None)
+    return {
+        "podctl": 1,
+        "now": time.time(),
+        "boot_at": boot_time(),
+        "supervisor_pid": runner["pid"],
+        "programs": runner["programs"],
+        "vllm_pid": pid,
+        "vllm_started_at": started_at(pid),
+        "crashes": runner["crashes"],
+        "served": served,
+        "idle": read_json_dict(cfg["idle_state"]),
+        "stopped": read_json_dict(cfg["stopped_file"]),
+    }
+
+
+def down(cfg):
+    """Stop vLLM on purpose (``podkit down``), leaving the edge up to say so: the marker the edge
+    reads first, then the program, through the supervisor that runs it."""
+    runner = supervisor_state(cfg)
+    if not runner["vllm_pid"] and runner["programs"].get("vllm") not in ("RUNNING", "STARTING", "BACKOFF"):
+        return {"ok": True, "done": "vLLM was not running"}
+    marker = {"by": "podkit down", "at": time.time(), "why": "stopped with podkit down", "host": cfg.get("name")}
+    tmp = cfg["stopped_file"] + ".tmp"
+    with open(tmp, "w") as handle:
+        json.dump(marker, handle, sort_keys=True)
+    os.replace(tmp, cfg["stopped_file"])
+    if cfg.get("supervisor") == "systemd":
+        argv = ["systemctl", "stop", cfg["unit"]]
+        out = subprocess.run(
+            argv if os.geteuid() == 0 else ["sudo", "-n"] + argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        if out.returncode != 0:
+            os.unlink(cfg["stopped_file"])
+            return {"ok": False, "error": out.stdout.decode(errors="replace").strip()[-300:]}
+        return {"ok": True, "done": "stopped %s" % cfg["unit"]}
+    try:
+        supervisord_rpc(cfg["supervisord"]["socket"], 120).supervisor.stopProcess("vllm", True)
+    except (OSError, xmlrpc.client.Error) as exc:
+        os.unlink(cfg["stopped_file"])
+        return {"ok": False, "error": "supervisord could not stop vllm: %s" % str(exc)[:300]}
+    return {"ok": True, "done": "stopped vLLM (supervisord)"}
+
+
 def openapi_routes(port):
     """The paths the running vLLM serves, from its own ``/openapi.json`` on loopback (None when
     it does not answer)."""
@@ -1467,6 +1556,8 @@ def main(argv):
         "describe": describe,
         "reap": reap,
         "supervise": supervise,
+        "status": status,
+        "down": down,
     }[command](cfg)
     sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
 

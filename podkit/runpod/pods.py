@@ -128,20 +128,27 @@ def by_prefix(prefix: str) -> Callable[[dict[str, Any]], bool]:
     return lambda pod: str(pod.get("name") or "").startswith(prefix)
 
 
+def selected(pods: Iterable[dict[str, Any]], select: Callable[[dict[str, Any]], bool]) -> list[tuple[str, dict]]:
+    """The selected pods, whatever their state, each with its host name: the pod's name, made
+    unique with the pod id where two pods share a name."""
+    chosen = [pod for pod in pods if select(pod)]
+    names = [pod.get("name") or pod.get("id") for pod in chosen]
+    return [
+        (_host_name(name if names.count(name) == 1 else f"{name}-{pod.get('id')}"), pod)
+        for pod, name in zip(chosen, names)
+    ]
+
+
 def hosts_for(
     pods: Iterable[dict[str, Any]],
     select: Callable[[dict[str, Any]], bool],
     allow_no_gpu: bool = False,
 ) -> tuple[list[PodHost], list[Skipped]]:
-    """The selected pods as hosts, and the selected pods left out. Host names are
-    the pod names, made unique with the pod id where two pods share a name."""
-    chosen = [pod for pod in pods if select(pod)]
-    names = [pod.get("name") or pod.get("id") for pod in chosen]
+    """The selected pods as hosts, and the selected pods left out (named as :func:`selected`)."""
     hosts: list[PodHost] = []
     skipped: list[Skipped] = []
-    for pod, name in zip(chosen, names):
-        unique = name if names.count(name) == 1 else f"{name}-{pod.get('id')}"
-        entry = pod_host(pod, _host_name(unique), allow_no_gpu)
+    for name, pod in selected(pods, select):
+        entry = pod_host(pod, name, allow_no_gpu)
         (hosts if isinstance(entry, PodHost) else skipped).append(entry)
     return hosts, skipped
 
@@ -168,13 +175,9 @@ def list_pods(api_key: str | None) -> list[dict[str, Any]]:
     here. ``RUNPOD_API_BASE_URL`` (read by the package on each call) points it
     at another endpoint, e.g. a local replay server in tests.
     """
-    if not api_key:
-        raise PodsError("RUNPOD_API_KEY is not set: export your RunPod API key (Settings > API Keys) and re-run")
-    _quiet_cpuinfo()
-    import runpod
+    runpod = _package(api_key)
     from runpod import error as runpod_error
 
-    runpod.api_key = api_key
     try:
         return list(runpod.get_pods() or [])
     except runpod_error.AuthenticationError:
@@ -183,3 +186,49 @@ def list_pods(api_key: str | None) -> list[dict[str, Any]]:
         raise PodsError(f"RunPod rejected the pod query: {exc}") from None
     except Exception as exc:  # requests' connection errors, bad JSON: one line, no trace
         raise PodsError(f"cannot list pods from RunPod ({type(exc).__name__}: {str(exc)[:200]})") from None
+
+
+def _package(api_key: str | None):
+    if not api_key:
+        raise PodsError("RUNPOD_API_KEY is not set: export your RunPod API key (Settings > API Keys) and re-run")
+    _quiet_cpuinfo()
+    import runpod
+
+    runpod.api_key = api_key
+    return runpod
+
+
+def stop_pod(api_key: str | None, pod_id: str, name: str) -> str:
+    """Stop a pod through the ``runpod`` package (the user's key, on the controller): the GPU is
+    released and billing stops; the volume stays. Returns the status RunPod answered."""
+    runpod = _package(api_key)
+    try:
+        answer = runpod.stop_pod(pod_id) or {}
+    except Exception as exc:  # AuthenticationError, QueryError, connection errors: one line
+        raise PodsError(f"pod {name} ({pod_id}): RunPod did not stop it: {_said(exc)}") from None
+    return str(answer.get("desiredStatus") or "EXITED")
+
+
+# What RunPod answers a resume when the machine's GPUs were rented out while the pod was stopped.
+_NO_GPUS = ("not enough free gpus", "no longer any instances available", "no gpus available")
+
+
+def resume_pod(api_key: str | None, pod_id: str, name: str, gpu_count: int) -> str:
+    """Resume a stopped pod with ``gpu_count`` GPUs through the ``runpod`` package. A pod whose
+    GPUs were taken while it was stopped cannot come back: said with the fix."""
+    runpod = _package(api_key)
+    try:
+        answer = runpod.resume_pod(pod_id, gpu_count) or {}
+    except Exception as exc:
+        said = _said(exc)
+        if any(marker in said.lower() for marker in _NO_GPUS):
+            raise PodsError(
+                f"pod {name} ({pod_id}) cannot come back: its machine has no free GPU now ({said}); "
+                "wait and run podkit up again, or migrate it: a new pod on the same network volume"
+            ) from None
+        raise PodsError(f"pod {name} ({pod_id}): RunPod did not resume it: {said}") from None
+    return str(answer.get("desiredStatus") or "RUNNING")
+
+
+def _said(exc: Exception) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:300]

@@ -1,0 +1,206 @@
+"""What ``podkit status`` says of a host: up or stopped, since when, what it serves, requests in
+flight, the idle time and the idle-stop deadline, and what it has cost.
+
+Two sources, each optional: the RunPod API's pod (its status, ``costPerHr``, ``uptimeSeconds``,
+``lastStatusChange``) and the host itself (``podctl status``: programs, vLLM's start, the served
+model and context, the idle watcher's last reading, why the server was stopped). Times from the
+host are read on the host's clock and turned into ages there, so a controller whose clock is off
+still shows the right minutes. Pure: tests feed it recorded answers.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from podkit.host.probe import server_config
+from podkit.settings import Settings
+
+
+def status_config(settings: Settings, name: str) -> dict[str, Any]:
+    """What ``podctl status`` and ``podctl down`` read."""
+    paths = settings.paths
+    return {
+        **server_config(settings),
+        "name": name,
+        "idle_state": paths.idle_state,
+        "stopped_file": paths.stopped_marker,
+    }
+
+
+@dataclass
+class HostStatus:
+    """One host, as ``status --json`` prints it (times: seconds since the epoch; ages: minutes)."""
+
+    host: str
+    state: str  # up, starting, stopped, crashed, unreachable; for a pod also RunPod's (exited, ...)
+    since: float | None = None  # when it came up, or was stopped
+    since_text: str | None = None  # RunPod's lastStatusChange, when that is all there is
+    model: str | None = None
+    context: int | None = None
+    in_flight: int | None = None
+    minutes_since_request: float | None = None  # None: no request seen since the watcher started
+    idle_minutes: float | None = None  # what the idle clock counts (since the last request or the start)
+    idle_stop_minutes: int = 0
+    idle_stop_at: float | None = None
+    idle_stop_in_minutes: float | None = None
+    usd_per_hour: float | None = None
+    spend_usd: float | None = None
+    spend_basis: str | None = None
+    stopped: dict[str, Any] | None = None  # the marker: by (idle, podkit down), at, why
+    pod_id: str | None = None
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_status(output: str) -> dict[str, Any]:
+    """``podctl status``'s JSON line (its last line), or {"error": ...}."""
+    try:
+        data = json.loads(output.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"error": f"podctl status printed no JSON: {output.strip()[-200:]!r}"}
+    if not isinstance(data, dict) or data.get("podctl") != 1:
+        return {"error": (data or {}).get("error") if isinstance(data, dict) else "podctl status said nothing"}
+    return data
+
+
+def _minutes(seconds: float | None) -> float | None:
+    return None if seconds is None else round(max(seconds, 0.0) / 60.0, 1)
+
+
+def host_status(
+    name: str,
+    settings: Settings | None,
+    remote: dict[str, Any] | None,
+    pod: dict[str, Any] | None = None,
+    now: float | None = None,
+) -> HostStatus:
+    """A host's status from what the host said (``remote``: parsed ``podctl status``, or
+    {"error"}; None when it was not asked, e.g. a stopped pod) and its RunPod pod (None on bare
+    metal). ``settings``: the host's, None for a pod the inventory leaves out (stopped).
+    ``now``: the controller's clock, for the pod's figures."""
+    now = time.time() if now is None else now
+    status = HostStatus(name, "unknown")
+    if settings is not None:
+        status.model, status.idle_stop_minutes = settings.served_model_name, settings.idle_stop_minutes
+    if pod is not None:
+        _from_pod(status, pod, now)
+    elif settings is not None:
+        status.usd_per_hour = settings.usd_per_hour
+    if remote is None:
+        return status
+    if remote.get("error"):
+        status.state, status.error = ("unreachable" if pod is None else status.state), remote["error"]
+        return status
+    _from_host(status, remote, bare_metal=pod is None)
+    return status
+
+
+def _from_pod(status: HostStatus, pod: dict[str, Any], now: float) -> None:
+    status.pod_id = pod.get("id")
+    desired = str(pod.get("desiredStatus") or "unknown")
+    status.usd_per_hour = pod.get("costPerHr")
+    uptime = pod.get("uptimeSeconds")
+    if desired == "RUNNING":
+        status.state = "starting" if not pod.get("runtime") else "up"
+        if isinstance(uptime, (int, float)):
+            status.since = now - uptime
+            if isinstance(status.usd_per_hour, (int, float)):
+                status.spend_usd = round(status.usd_per_hour * uptime / 3600.0, 4)
+                status.spend_basis = "the pod's uptime since it last started (RunPod's costPerHr x uptimeSeconds)"
+        if not pod.get("gpuCount"):
+            status.notes.append("it runs with zero GPUs (its GPU was taken while it was stopped): migrate it")
+        return
+    status.state = "stopped" if desired == "EXITED" else desired.lower()
+    status.since_text = pod.get("lastStatusChange")
+    status.spend_usd, status.spend_basis = 0.0, "stopped: RunPod bills only its volume"
+
+
+def _from_host(status: HostStatus, remote: dict[str, Any], bare_metal: bool) -> None:
+    host_now = remote.get("now") or time.time()
+    served = remote.get("served") or {}
+    idle = remote.get("idle") or {}
+    status.stopped = remote.get("stopped")
+    vllm = (remote.get("programs") or {}).get("vllm")
+    if served.get("health") == 200:
+        status.state = "up"
+    elif status.stopped:
+        status.state = "stopped"
+    elif vllm in ("STARTING", "BACKOFF") or (remote.get("vllm_pid") and vllm in ("RUNNING", "ACTIVE", "ACTIVATING")):
+        status.state = "starting"
+    elif vllm in ("FATAL", "FAILED", "EXITED"):
+        status.state = "crashed"
+    else:
+        status.state = "stopped"
+    if status.state in ("up", "starting"):
+        started = remote.get("vllm_started_at")
+        status.since = status.since if status.since and not bare_metal else started
+    elif status.stopped and bare_metal:
+        status.since = status.stopped.get("at")
+    if served.get("models"):
+        status.model = served["models"][0]
+    status.context = served.get("max_model_len")
+    if idle and status.state == "up":
+        status.in_flight = idle.get("in_flight")
+        last = idle.get("last_request_at")
+        status.minutes_since_request = _minutes(host_now - last) if last else None
+        since = idle.get("idle_since")
+        status.idle_minutes = _minutes(host_now - since) if since else None
+        deadline = idle.get("deadline")
+        if deadline:
+            status.idle_stop_in_minutes = _minutes(deadline - host_now)
+            status.idle_stop_at = time.time() + (deadline - host_now)  # on the controller's clock
+    if bare_metal:
+        boot = remote.get("boot_at")
+        if status.usd_per_hour is not None and boot:
+            status.spend_usd = round(status.usd_per_hour * (host_now - boot) / 3600.0, 4)
+            status.spend_basis = "since the host booted, at podkit_usd_per_hour"
+        elif status.usd_per_hour is None:
+            status.spend_basis = "unknown: set podkit_usd_per_hour for this host"
+
+
+def _clock(epoch: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch)) if epoch else "?"
+
+
+def describe(status: HostStatus, inventory: str) -> list[str]:
+    """The human lines of one host: a headline, then what is known of it."""
+    head = f"{status.host}: {status.state}"
+    if status.since:
+        head += f" since {_clock(status.since)}"
+    elif status.since_text:
+        head += f" ({status.since_text})"
+    lines = [head]
+    if status.error:
+        lines.append(f"  {status.error}")
+    if status.state == "up":
+        context = f", context {status.context} tokens" if status.context else ""
+        lines.append(f"  serves {status.model}{context}; {status.in_flight or 0} request(s) in flight")
+        if status.minutes_since_request is not None:
+            lines.append(f"  last request {status.minutes_since_request:g} min ago")
+        elif status.idle_minutes is not None:
+            lines.append(f"  no request since the server came up {status.idle_minutes:g} min ago")
+        if status.idle_stop_minutes and status.idle_stop_in_minutes is not None:
+            what = "the pod" if status.pod_id else "the server"
+            lines.append(
+                f"  idle stop: {what} stops at {_clock(status.idle_stop_at)} "
+                f"(in {status.idle_stop_in_minutes:g} min) unless a request comes"
+            )
+        elif not status.idle_stop_minutes:
+            lines.append("  idle stop: off (podkit_idle_stop_minutes = 0)")
+    if status.stopped:
+        lines.append(f"  stopped on purpose: {status.stopped.get('why') or status.stopped.get('by')}")
+    if status.state in ("stopped", "crashed") or status.stopped:
+        lines.append(f"  start it: podkit up {inventory} --host {status.host}")
+    if status.spend_usd is not None:
+        rate = f" at ${status.usd_per_hour:g}/h" if status.usd_per_hour is not None else ""
+        lines.append(f"  spend: ${status.spend_usd:.2f}{rate} ({status.spend_basis})")
+    elif status.spend_basis:
+        lines.append(f"  spend: {status.spend_basis}")
+    lines += [f"  {note}" for note in status.notes]
+    return lines

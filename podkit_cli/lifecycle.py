@@ -1,0 +1,282 @@
+"""``podkit up``, ``podkit down`` and ``podkit status``: start on demand, stop, and what it has cost.
+
+A RunPod inventory (one that defines ``select``, as ``inventories/runpod.py`` does) is read
+twice: for the pods themselves, stopped ones included, through the ``runpod`` package and the
+user's RUNPOD_API_KEY (on the controller; the pods' own watchers use their pod-scoped keys),
+and through pyinfra for the pods that run. Any other inventory is bare metal: ``down`` stops
+the server (the edge stays and says so), ``up`` applies the deploy, which starts it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import runpy
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from podkit import PROJECT_ROOT, project_path
+from podkit.host.probe import podctl_command
+from podkit.host.shell import RemoteError
+from podkit.host.status import HostStatus, describe, host_status, parse_status, status_config
+from podkit.runpod.pods import PodsError, list_pods, resume_pod, selected, stop_pod
+
+from .hosts import Host, load_hosts
+from .output import emit, host_option
+
+POD_LISTING = "podkit.pods"  # the name inventories/runpod.py is run under to read `select` alone
+
+
+def pod_selection(inventory: str):
+    """The inventory's pod filter when it lists RunPod pods (it defines ``select``), else None."""
+    path = project_path(inventory)
+    if not path.exists():
+        raise click.BadParameter(f"{inventory}: no such inventory file", param_hint="INVENTORY")
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            namespace = runpy.run_path(str(path), run_name=POD_LISTING)
+    except (SystemExit, Exception):  # a static inventory that refuses to load says why when pyinfra loads it
+        return None
+    select = namespace.get("select")
+    return select if callable(select) else None
+
+
+def account_key() -> str | None:
+    return os.environ.get("RUNPOD_API_KEY")
+
+
+def pods_of(select, host_names: tuple[str, ...]) -> list[tuple[str, dict]]:
+    """The inventory's pods, stopped ones too, as (host name, pod); only ``host_names`` when given."""
+    try:
+        pods = selected(list_pods(account_key()), select)
+    except PodsError as exc:
+        raise click.ClickException(str(exc)) from None
+    if host_names:
+        unknown = sorted(set(host_names) - {name for name, _ in pods})
+        if unknown:
+            raise click.BadParameter(f"no pod named {', '.join(unknown)} in the inventory", param_hint="--host")
+        pods = [(name, pod) for name, pod in pods if name in host_names]
+    if not pods:
+        raise click.ClickException("the inventory selects no pod")
+    return pods
+
+
+def running(pod: dict) -> bool:
+    return pod.get("desiredStatus") == "RUNNING" and bool(pod.get("runtime"))
+
+
+def quietly(load):
+    """``load()`` with the inventory's notes about left-out pods held back (status says it better)."""
+    with contextlib.redirect_stderr(io.StringIO()):
+        return load()
+
+
+def remote_status(host: Host) -> dict:
+    try:
+        result = host.run(podctl_command("status", status_config(host.settings, host.name)), 60)
+    except RemoteError as exc:
+        return {"error": str(exc)}
+    finally:
+        host.disconnect()
+    if result.status != 0:
+        return {"error": f"{host.name}: podctl status exited {result.status}: {result.stderr.strip()[-200:]}"}
+    return parse_status(result.stdout)
+
+
+def statuses(inventory: str, host_names: tuple[str, ...]) -> list[HostStatus]:
+    from podkit.client.targets import each_host
+
+    select = pod_selection(inventory)
+    if select is None:
+        hosts = load_hosts(inventory, host_names)
+        remotes = each_host(remote_status, hosts)
+        return [host_status(h.name, h.settings, remote) for h, remote in zip(hosts, remotes)]
+    pods = pods_of(select, host_names)
+    names = tuple(name for name, pod in pods if running(pod))
+    hosts = {h.name: h for h in quietly(lambda: load_hosts(inventory, names))} if names else {}
+    remotes = dict(zip(hosts, each_host(remote_status, list(hosts.values()))))
+    now = time.time()
+    return [
+        host_status(
+            name,
+            hosts[name].settings if name in hosts else None,
+            remotes.get(name),
+            pod,
+            now,
+        )
+        for name, pod in pods
+    ]
+
+
+@click.command("status")
+@click.argument("inventory")
+@host_option
+@click.option("--json", "as_json", is_flag=True, help="Print every host's status as JSON.")
+def status(inventory, host_names, as_json):
+    """Say, per host: up or stopped, since when, what it serves, requests in flight, minutes since
+    the last request, the idle-stop deadline and what it has cost. Changes nothing.
+
+    RunPod pods are listed through the API (RUNPOD_API_KEY), stopped ones included; spend is the
+    pod's costPerHr times its uptime. A bare-metal host's spend is podkit_usd_per_hour times the
+    time since it booted.
+
+    \b
+    Exit codes: 0 every host read, 1 a host could not be read.
+
+    \b
+    podkit status inventories/runpod.py
+    podkit status inventories/baremetal.py --host gpu-box-1 --json
+    """
+    found = statuses(inventory, host_names)
+
+    def human(rows):
+        for row in rows:
+            click.echo("\n".join(describe(row, inventory)))
+
+    emit({row.host: row.as_dict() for row in found} if as_json else found, as_json, human)
+    if any(row.error for row in found):
+        sys.exit(1)
+
+
+@click.command("down")
+@click.argument("inventory")
+@host_option
+def down(inventory, host_names):
+    """Stop what costs money: RunPod pods through the API (the volume stays; `podkit up` resumes
+    them), or on bare metal the vLLM server (freeing the GPUs; the edge stays and answers 503
+    saying how to start it again).
+
+    \b
+    Exit codes: 0 all stopped, 1 a host could not be stopped.
+
+    \b
+    podkit down inventories/runpod.py --host coder-1
+    podkit down inventories/baremetal.py
+    """
+    failed = False
+    select = pod_selection(inventory)
+    if select is not None:
+        for name, pod in pods_of(select, host_names):
+            if pod.get("desiredStatus") != "RUNNING":
+                click.echo(f"{name}: already {str(pod.get('desiredStatus')).lower()}", err=True)
+                continue
+            try:
+                said = stop_pod(account_key(), pod["id"], name)
+            except PodsError as exc:
+                click.echo(str(exc), err=True)
+                failed = True
+                continue
+            click.echo(f"{name}: stopped (RunPod says {said}); start it again: podkit up {inventory} --host {name}")
+        sys.exit(1 if failed else 0)
+    for host in load_hosts(inventory, host_names):
+        try:
+            result = host.run(podctl_command("down", status_config(host.settings, host.name)), 180)
+        except RemoteError as exc:
+            click.echo(str(exc), err=True)
+            failed = True
+            continue
+        finally:
+            host.disconnect()
+        answer = parse_status_line(result.stdout)
+        if not answer.get("ok"):
+            click.echo(f"{host.name}: cannot stop the server: {answer.get('error')}", err=True)
+            failed = True
+            continue
+        click.echo(f"{host.name}: {answer['done']}; start it again: podkit up {inventory} --host {host.name}")
+    sys.exit(1 if failed else 0)
+
+
+def parse_status_line(output: str) -> dict:
+    try:
+        return json.loads(output.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"ok": False, "error": output.strip()[-200:] or "podctl printed nothing"}
+
+
+def resume(select, host_names: tuple[str, ...], wait: float) -> tuple[list[str], list[str]]:
+    """Resume the selected pods that are stopped and wait until each has an SSH address.
+    Returns the pods that run now (host names) and one line per pod that cannot come back."""
+    pods = pods_of(select, host_names)
+    problems: list[str] = []
+    waiting: dict[str, str] = {}
+    for name, pod in pods:
+        if running(pod):
+            continue
+        if pod.get("desiredStatus") == "RUNNING":  # asked to start, no runtime yet
+            waiting[name] = pod["id"]
+            continue
+        try:
+            resume_pod(account_key(), pod["id"], name, int(pod.get("gpuCount") or 1))
+        except PodsError as exc:
+            problems.append(str(exc))
+            continue
+        click.echo(f"{name}: resuming pod {pod['id']}", err=True)
+        waiting[name] = pod["id"]
+    deadline = time.monotonic() + wait
+    while waiting and time.monotonic() < deadline:
+        time.sleep(2)
+        now = dict(pods_of(select, tuple(waiting)))
+        for name in list(waiting):
+            pod = now.get(name) or {}
+            ports = [p for p in (pod.get("runtime") or {}).get("ports") or [] if p.get("privatePort") == 22]
+            if running(pod) and any(p.get("isIpPublic") for p in ports):
+                click.echo(f"{name}: running, SSH at {ports[0].get('ip')}:{ports[0].get('publicPort')}", err=True)
+                del waiting[name]
+    problems += [
+        f"pod {name} ({pod_id}) has no SSH address after {wait:.0f} s: re-run podkit up"
+        for name, pod_id in waiting.items()
+    ]
+    up = [name for name, pod in pods_of(select, host_names) if running(pod)]
+    return up, problems
+
+
+def apply_deploy(inventory: str, names: tuple[str, ...]) -> int:
+    """``pyinfra -y INVENTORY deploy.py`` (limited to ``names``), its output on this terminal."""
+    pyinfra = Path(sys.executable).parent / "pyinfra"
+    argv = [str(pyinfra) if pyinfra.exists() else (shutil.which("pyinfra") or "pyinfra"), "-y", inventory, "deploy.py"]
+    for name in names:
+        argv += ["--limit", name]
+    return subprocess.run(argv, cwd=PROJECT_ROOT, stdout=sys.stderr, stderr=sys.stderr).returncode
+
+
+@click.command("up")
+@click.argument("inventory")
+@host_option
+@click.option("--wait", default=600, show_default=True, help="Seconds to wait for resumed pods to get an SSH address.")
+def up(inventory, host_names, wait):
+    """Start on demand: resume stopped RunPod pods (they come back at new addresses, with new host
+    keys, which the inventory handles), apply the deploy to them (or, on bare metal, to the hosts:
+    it starts a server that was stopped), then print each endpoint's client settings.
+
+    \b
+    Exit codes: 0 every host serves, 1 a host could not be brought up.
+
+    \b
+    podkit up inventories/runpod.py --host coder-1
+    podkit up inventories/baremetal.py
+    """
+    from .client import client_settings, emit_settings
+    from .hosts import load_targets
+
+    select = pod_selection(inventory)
+    problems: list[str] = []
+    names = host_names
+    if select is not None:
+        up_now, problems = resume(select, host_names, wait)
+        names = tuple(up_now)
+        for line in problems:
+            click.echo(line, err=True)
+        if not names:
+            raise click.ClickException("no pod is running to deploy to")
+    if apply_deploy(inventory, names) != 0:
+        raise click.ClickException(f"the deploy failed (see above); fix it and run podkit up {inventory} again")
+    targets = load_targets(inventory, names) if select is None else quietly(lambda: load_targets(inventory, names))
+    emit_settings(client_settings(targets), {t.name: t.key for t in targets}, None, False, False)
+    sys.exit(1 if problems else 0)
