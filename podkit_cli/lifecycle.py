@@ -100,7 +100,10 @@ def statuses(inventory: str, host_names: tuple[str, ...]) -> list[HostStatus]:
         return [host_status(h.name, h.settings, remote) for h, remote in zip(hosts, remotes)]
     pods = pods_of(select, host_names)
     names = tuple(name for name, pod in pods if running(pod))
-    hosts = {h.name: h for h in quietly(lambda: load_hosts(inventory, names))} if names else {}
+    try:  # the inventory leaves out running pods it cannot deploy to (zero GPUs, no SSH port, a new host key)
+        hosts = {h.name: h for h in quietly(lambda: load_hosts(inventory, names))} if names else {}
+    except click.ClickException:
+        hosts = {}
     remotes = dict(zip(hosts, each_host(remote_status, list(hosts.values()))))
     now = time.time()
     return [

@@ -51,6 +51,7 @@ class HostStatus:
     spend_basis: str | None = None
     stopped: dict[str, Any] | None = None  # the marker: by (idle, podkit down), at, why
     pod_id: str | None = None
+    read_host: bool = False  # the host itself was read (podctl status), not only the RunPod API
     error: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -65,7 +66,8 @@ def parse_status(output: str) -> dict[str, Any]:
     except (ValueError, IndexError):
         return {"error": f"podctl status printed no JSON: {output.strip()[-200:]!r}"}
     if not isinstance(data, dict) or data.get("podctl") != 1:
-        return {"error": (data or {}).get("error") if isinstance(data, dict) else "podctl status said nothing"}
+        said = data.get("error") if isinstance(data, dict) else None
+        return {"error": said or f"podctl status answered something else: {output.strip()[-200:]!r}"}
     return data
 
 
@@ -97,7 +99,7 @@ def host_status(
     if remote.get("error"):
         status.state, status.error = ("unreachable" if pod is None else status.state), remote["error"]
         return status
-    _from_host(status, remote, bare_metal=pod is None)
+    _from_host(status, remote, bare_metal=pod is None, now=now)
     return status
 
 
@@ -121,30 +123,37 @@ def _from_pod(status: HostStatus, pod: dict[str, Any], now: float) -> None:
     status.spend_usd, status.spend_basis = 0.0, "stopped: RunPod bills only its volume"
 
 
-def _from_host(status: HostStatus, remote: dict[str, Any], bare_metal: bool) -> None:
-    host_now = remote.get("now") or time.time()
+def _from_host(status: HostStatus, remote: dict[str, Any], bare_metal: bool, now: float) -> None:
+    host_now = remote.get("now") or now
+
+    def here(host_time: float | None) -> float | None:
+        """A time the host read on its clock, on the controller's (a host clock that is off is no matter)."""
+        return None if host_time is None else now - (host_now - host_time)
+
     served = remote.get("served") or {}
     idle = remote.get("idle") or {}
+    status.read_host = True
     status.stopped = remote.get("stopped")
     vllm = (remote.get("programs") or {}).get("vllm")
     if served.get("health") == 200:
         status.state = "up"
     elif status.stopped:
         status.state = "stopped"
-    elif vllm in ("STARTING", "BACKOFF") or (remote.get("vllm_pid") and vllm in ("RUNNING", "ACTIVE", "ACTIVATING")):
+    elif vllm in ("STARTING", "BACKOFF", "ACTIVATING") or (remote.get("vllm_pid") and vllm in ("RUNNING", "ACTIVE")):
         status.state = "starting"
     elif vllm in ("FATAL", "FAILED", "EXITED"):
         status.state = "crashed"
     else:
         status.state = "stopped"
-    if status.state in ("up", "starting"):
-        started = remote.get("vllm_started_at")
-        status.since = status.since if status.since and not bare_metal else started
+    if status.state in ("up", "starting") and (bare_metal or not status.since):
+        status.since = here(remote.get("vllm_started_at"))
     elif status.stopped and bare_metal:
-        status.since = status.stopped.get("at")
+        status.since = here(status.stopped.get("at"))
     if served.get("models"):
         status.model = served["models"][0]
     status.context = served.get("max_model_len")
+    if "idle_stop_seconds" in idle:  # what the host's watcher was given (a --data override included)
+        status.idle_stop_minutes = int(round(float(idle["idle_stop_seconds"]) / 60))
     if idle and status.state == "up":
         status.in_flight = idle.get("in_flight")
         last = idle.get("last_request_at")
@@ -154,7 +163,7 @@ def _from_host(status: HostStatus, remote: dict[str, Any], bare_metal: bool) -> 
         deadline = idle.get("deadline")
         if deadline:
             status.idle_stop_in_minutes = _minutes(deadline - host_now)
-            status.idle_stop_at = time.time() + (deadline - host_now)  # on the controller's clock
+            status.idle_stop_at = here(deadline)
     if bare_metal:
         boot = remote.get("boot_at")
         if status.usd_per_hour is not None and boot:
@@ -178,7 +187,9 @@ def describe(status: HostStatus, inventory: str) -> list[str]:
     lines = [head]
     if status.error:
         lines.append(f"  {status.error}")
-    if status.state == "up":
+    if status.state == "up" and not status.read_host and not status.error:
+        lines.append("  not read over SSH: the inventory leaves it out (pyinfra says why when it loads it)")
+    if status.state == "up" and status.read_host:
         context = f", context {status.context} tokens" if status.context else ""
         lines.append(f"  serves {status.model}{context}; {status.in_flight or 0} request(s) in flight")
         if status.minutes_since_request is not None:
