@@ -236,7 +236,15 @@ def resume(select, host_names: tuple[str, ...], wait: float) -> tuple[list[str],
         f"pod {name} ({pod_id}) has no SSH address after {wait:.0f} s: re-run podkit up"
         for name, pod_id in waiting.items()
     ]
-    up = [name for name, pod in pods_of(select, host_names) if running(pod)]
+    up = []
+    for name, pod in pods_of(select, host_names):
+        if running(pod) and not pod.get("gpuCount"):
+            problems.append(
+                f"pod {name} ({pod['id']}) came back with zero GPUs (its GPU was taken while it was stopped): "
+                "migrate it to a new pod on the same network volume, or stop it and run podkit up later"
+            )
+        elif running(pod):
+            up.append(name)
     return up, problems
 
 

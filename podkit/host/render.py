@@ -393,6 +393,7 @@ def idle_config(settings: Settings, host_name: str, pod_id: str | None) -> str:
         "host": host_name,
         "metrics_url": f"http://127.0.0.1:{settings.port}/metrics",
         "idle_seconds": settings.idle_stop_minutes * 60,
+        "usd_per_hour": settings.usd_per_hour,  # for podkit status: what the host was deployed with
         "poll_seconds": IDLE_POLL_SECONDS,
         "retry_seconds": 300,
         "state_file": paths.idle_state,

@@ -154,6 +154,8 @@ def _from_host(status: HostStatus, remote: dict[str, Any], bare_metal: bool, now
     status.context = served.get("max_model_len")
     if "idle_stop_seconds" in idle:  # what the host's watcher was given (a --data override included)
         status.idle_stop_minutes = int(round(float(idle["idle_stop_seconds"]) / 60))
+    if bare_metal and isinstance(idle.get("usd_per_hour"), (int, float)):
+        status.usd_per_hour = float(idle["usd_per_hour"])
     if idle and status.state == "up":
         status.in_flight = idle.get("in_flight")
         last = idle.get("last_request_at")

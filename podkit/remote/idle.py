@@ -252,6 +252,7 @@ class Watcher:
             "idle_stop_seconds": self.clock.idle_seconds,
             "deadline": self.clock.deadline(),
             "action": self.cfg.get("action"),
+            "usd_per_hour": self.cfg.get("usd_per_hour"),
             "stopped": read_json(self.cfg["stopped_file"]),
             "error": self.last_error,
             "pid": os.getpid(),

@@ -684,3 +684,18 @@ def test_the_runpod_inventory_loaded_normally_still_builds_the_runpod_group(acco
     assert any("myself" in r["query"] for r in account.requests)
     said = capsys.readouterr().err
     assert f"pod tst-b ({B}): is exited, not running" in said
+
+
+def test_up_of_a_pod_running_with_zero_gpus_names_it_and_deploys_nothing(account):
+    zero = pod("podq0000000001", "tst-q", uptime=64, cost=0.0, gpuCount=0)
+    zero["runtime"]["ports"][0].update(ip="127.0.0.1", publicPort=9)  # nothing to reach, were it tried
+    account.pods.append(zero)
+    result = invoke("up", RUNPOD, "--host", "tst-q")
+    assert result.exit_code == 1
+    no_traceback(result)
+    assert result.output.splitlines() == [
+        "pod tst-q (podq0000000001) came back with zero GPUs (its GPU was taken while it was stopped): "
+        "migrate it to a new pod on the same network volume, or stop it and run podkit up later",
+        "Error: no pod is running to deploy to",
+    ]
+    assert not mutations(account)
