@@ -190,6 +190,7 @@ managed(
     else "Ensure the idle watcher keeps the idle time and stops nothing (podkit_idle_stop_minutes = 0)",
     "idle_config",
 )
+managed("Ensure the volume records what the plan predicts, for podkit status to check against vLLM's log", "plan")
 sums = {f.path: f.sha256 for f in files.values()} | {paths.api_key: key_digest(key)}
 
 

@@ -82,6 +82,8 @@ def _wait_ready(state, host, settings: Settings, pin: bool = False, window: floa
         elapsed = time.monotonic() - start
         if result.ready:
             host.log(f"vLLM answers /health and lists {settings.served_model_name!r} after {elapsed:.0f}s")
+            for line in result.start_checked():
+                host.log(line)
             if pin and result.ca_root:
                 host.log(f"pinned the edge's CA certificate: {pin_ca(host.name, result.ca_root)}")
             return True

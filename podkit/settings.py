@@ -339,6 +339,8 @@ class Paths:
     idle_log = property(lambda self: self._at("logs", "idle.log"))
     stopped_marker = property(lambda self: self._at("run", "stopped.json"))
     idle_unit_copy = property(lambda self: self._at("bin", IDLE_UNIT_NAME))
+    # what the deploy predicted for the server it started: podkit status puts it beside vLLM's log
+    plan_file = property(lambda self: self._at("bin", "plan.json"))
 
     @property
     def hub_cache(self) -> str:

@@ -102,7 +102,7 @@ def probe_config(settings: Settings, controller: dict[str, Any] | None = None) -
         "files": managed_files(settings)
         + edge_files(settings)[:2]
         + idle_files(settings)
-        + [paths.hf_token]
+        + [paths.plan_file, paths.hf_token]
         + supervision_files(settings),
         "dirs": sorted(paths.directories()),
         "model_dir": model if local else None,

@@ -13,10 +13,11 @@ an exit count left from earlier starts or an old line of the log say.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from podkit.host.diagnose import diagnose
 from podkit.host.probe import server_config
+from podkit.host.startup import STARTUP_NEEDLES, compare, parse_startup
 from podkit.settings import Settings
 
 CRASH_LIMIT = 2
@@ -30,6 +31,8 @@ def wait_config(settings: Settings, window: float) -> dict:
         "window": window,
         "crash_limit": CRASH_LIMIT,
         "tail_lines": 200,  # vLLM prints the root cause far above its last lines
+        "plan_file": settings.paths.plan_file,
+        "startup_needles": list(STARTUP_NEEDLES),
     }
 
 
@@ -47,6 +50,8 @@ class WaitResult:
     edge_health: int | None = None  # what the edge answers on loopback for /health
     programs: dict | None = None  # {program: state} as the supervisor says
     ca_root: str | None = None  # the edge CA's root certificate, once Caddy made it
+    startup: list[str] = field(default_factory=list)  # a ready server's start lines (STARTUP_NEEDLES)
+    plan: dict | None = None  # what the deploy predicted for it (bin/plan.json)
 
     @classmethod
     def parse(cls, output: str) -> WaitResult:
@@ -65,7 +70,19 @@ class WaitResult:
             edge_health=(data.get("edge") or {}).get("health"),
             programs=runner.get("programs") or {},
             ca_root=data.get("ca_root"),
+            startup=data.get("startup") or [],
+            plan=data.get("plan"),
         )
+
+    def start_checked(self) -> list[str]:
+        """What vLLM logged at this start beside the plan: one line per figure, a gap above 5% flagged."""
+        logged = parse_startup(self.startup)
+        rows = compare((self.plan or {}).get("predicted") or {}, logged)
+        return [
+            f"{row['figure']}: vLLM logged {row['logged']:g}, the plan predicted {row['predicted']:g} "
+            f"({row['gap'] * 100:+.1f}%)" + (" OFF BY MORE THAN 5%" if row["flag"] else "")
+            for row in rows
+        ]
 
     @property
     def fatal(self) -> list[str]:

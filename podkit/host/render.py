@@ -45,6 +45,7 @@ import jinja2
 from podkit import PROJECT_ROOT
 from podkit.client.targets import WayIn, host_address
 from podkit.host.probe import edge_files, managed_files
+from podkit.host.startup import plan_record
 from podkit.plan.hostplan import HostPlan
 from podkit.settings import UNIT_NAME, PackageSpec, Settings
 
@@ -300,6 +301,9 @@ def host_files(
         ),
         "idle_script": RenderedFile(paths.idle_script, idle_source(), "644"),
         "idle_config": RenderedFile(paths.idle_config, idle_config(settings, host_name, pod_id), "644"),
+        "plan": RenderedFile(
+            paths.plan_file, json.dumps(plan_record(settings, launch), indent=1, sort_keys=True) + "\n", "644"
+        ),
     }
     python = f"{paths.venv}/bin/python"
     if settings.supervisor == "systemd":

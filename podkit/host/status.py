@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from podkit.host.probe import server_config
+from podkit.host.startup import GAP, STARTUP_NEEDLES, calibration_record, compare, parse_startup
 from podkit.settings import Settings
 
 
@@ -27,6 +28,9 @@ def status_config(settings: Settings, name: str) -> dict[str, Any]:
         "name": name,
         "idle_state": paths.idle_state,
         "stopped_file": paths.stopped_marker,
+        "plan_file": paths.plan_file,
+        "log_file": paths.log_file,
+        "startup_needles": list(STARTUP_NEEDLES),
     }
 
 
@@ -52,6 +56,8 @@ class HostStatus:
     stopped: dict[str, Any] | None = None  # the marker: by (idle, podkit down), at, why
     pod_id: str | None = None
     read_host: bool = False  # the host itself was read (podctl status), not only the RunPod API
+    #: the last start: {"at", "logged": what vLLM logged, "compare": predicted vs logged, "record": a reference case}
+    last_start: dict[str, Any] | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -166,6 +172,7 @@ def _from_host(status: HostStatus, remote: dict[str, Any], bare_metal: bool, now
         if deadline:
             status.idle_stop_in_minutes = _minutes(deadline - host_now)
             status.idle_stop_at = here(deadline)
+    status.last_start = last_start(status.host, remote.get("plan") or {}, remote.get("startup") or [])
     if bare_metal:
         boot = remote.get("boot_at")
         if status.usd_per_hour is not None and boot:
@@ -173,6 +180,47 @@ def _from_host(status: HostStatus, remote: dict[str, Any], bare_metal: bool, now
             status.spend_basis = "since the host booted, at podkit_usd_per_hour"
         elif status.usd_per_hour is None:
             status.spend_basis = "unknown: set podkit_usd_per_hour for this host"
+
+
+def last_start(host: str, plan: dict[str, Any], lines: list[str]) -> dict[str, Any] | None:
+    """What vLLM logged at its last start beside what the deploy predicted (None: no start logged)."""
+    if not lines:
+        return None
+    marker = lines[0] if "starting vLLM" in lines[0] else ""
+    when = marker.split(" ", 1)[0] if marker else "unknown"
+    logged = parse_startup(lines)
+    if not logged:
+        return {"at": when, "logged": {}, "compare": [], "record": None}
+    return {
+        "at": when,
+        "logged": logged,
+        "compare": compare(plan.get("predicted") or {}, logged),
+        "record": calibration_record(host, plan, logged, when),
+    }
+
+
+PHASES = (
+    ("load", "load"),
+    ("compile", "compile"),
+    ("profile_kv_warmup", "profile, KV cache, warm-up"),
+    ("graph_capture", "graph capture"),
+)
+
+
+def _start_lines(start: dict[str, Any]) -> list[str]:
+    logged = start.get("logged") or {}
+    phases = logged.get("phases_seconds") or {}
+    lines = []
+    timed = ", ".join(f"{label} {phases[key]:g} s" for key, label in PHASES if key in phases)
+    total = f"ready in {phases['total']:g} s" if "total" in phases else "started"
+    lines.append(f"  last start ({start.get('at')}): {total}" + (f" ({timed})" if timed else ""))
+    for row in start.get("compare") or []:
+        gap = f"{row['gap'] * 100:+.1f}%"
+        flag = f"  <- off by more than {GAP:.0%}" if row["flag"] else ""
+        lines.append(f"    {row['figure']}: predicted {row['predicted']:g}, logged {row['logged']:g} ({gap}){flag}")
+    if not start.get("compare") and logged:
+        lines.append("    nothing predicted to compare (the plan has no figure for this host)")
+    return lines
 
 
 def _clock(epoch: float | None) -> str:
@@ -206,6 +254,8 @@ def describe(status: HostStatus, inventory: str) -> list[str]:
             )
         elif not status.idle_stop_minutes:
             lines.append("  idle stop: off (podkit_idle_stop_minutes = 0)")
+    if status.last_start and status.read_host:
+        lines += _start_lines(status.last_start)
     if status.stopped:
         lines.append(f"  stopped on purpose: {status.stopped.get('why') or status.stopped.get('by')}")
     if status.state in ("stopped", "crashed") or status.stopped:

@@ -56,6 +56,7 @@ class HostPlan:
     fetched: bool = False  # the probe found it complete, as recorded by an earlier fetch
     plan: Plan | None = None
     problems: list[str] = field(default_factory=list)
+    config: dict = field(default_factory=dict)  # the served checkpoint's config.json (its architecture)
 
     def summary(self) -> str:
         p = self.plan
@@ -144,6 +145,7 @@ def plan_host(
         result.problems.append(str(exc))
         return result
 
+    result.config = dict(checkpoint.config or {})
     family: tuple[str, Family] | None = None
     try:
         family = family_for(checkpoint.repo, checkpoint.config)

@@ -1105,6 +1105,9 @@ def wait(cfg):
         ca_root=read_text(cfg["ca_root"]) if ready and cfg.get("ca_root") else None,
         last_log_line=tail[-1][-240:] if tail else None,
         log_tail=None if ready else start_lines(cfg["log_file"], cfg.get("tail_lines", 60)),
+        # a ready server's start, beside what the deploy predicted for it
+        startup=startup_lines(cfg["log_file"], cfg.get("startup_needles") or []) if ready else None,
+        plan=read_json_dict(cfg["plan_file"]) if ready and cfg.get("plan_file") else None,
     )
     return state
 
@@ -1467,7 +1470,29 @@ def status(cfg):
         "served": served,
         "idle": read_json_dict(cfg["idle_state"]),
         "stopped": read_json_dict(cfg["stopped_file"]),
+        "plan": read_json_dict(cfg["plan_file"]) if cfg.get("plan_file") else None,
+        "startup": startup_lines(cfg.get("log_file"), cfg.get("startup_needles") or []),
     }
+
+
+def startup_lines(path, needles, most=400):
+    """The last start's marker line and its lines that hold one of ``needles`` (what vLLM says it
+    did: weights, KV cache, concurrency, phase times), at most ``most``."""
+    try:  # the start may lie far above the end of a busy server's log: read up to its last 8 MiB
+        with open(path or "", "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 8 * 1024 * 1024))
+            lines = handle.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
+    start = 0
+    for index in range(len(lines) - 1, -1, -1):
+        if any(marker in lines[index] for marker in START_MARKERS):
+            start = index
+            break
+    picked = [lines[start]] if lines else []
+    picked += [line for line in lines[start + 1 :] if any(needle in line for needle in needles)]
+    return [line[:400] for line in picked[:most]]  # the engine's config line alone is kilobytes
 
 
 def down(cfg):

@@ -70,6 +70,11 @@ def test_bare_metal_down_answers_503_saying_why_and_up_serves_again(serving):
     assert verify.returncode == 0, verify.stdout[-3000:]
     row = json.loads(serving.cli("status", "inventories/sandbox.py", "--json").stdout)["sandbox"]
     assert row["state"] == "up" and row["stopped"] is None and row["context"] == 65536
+    # the start up just made, as vLLM logged it, beside what the deploy predicted (issue #13)
+    start = row["last_start"]
+    assert [r["figure"] for r in start["compare"]] == ["KV cache GiB", "KV tokens", "max concurrency"]
+    assert not any(r["flag"] for r in start["compare"]) and start["record"]["logged"]["kv_cache_tokens"] == 131072
+    assert start["logged"]["phases_seconds"]["load"] >= 0
 
 
 class IdlePod:

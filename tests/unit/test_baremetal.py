@@ -107,7 +107,7 @@ def unit_for(volume: str, **data):
 
 def test_systemd_replaces_supervisord_conf_with_three_units_on_the_volume():
     settings, files = unit_for("/srv/vllm")
-    idle_files = {"idle_script", "idle_config"}
+    idle_files = {"idle_script", "idle_config", "plan"}
     assert set(files) == {"env", "launch", "edge", "caddyfile", "unit", "edge_unit", "idle_unit"} | idle_files
     idle = files["idle_unit"].content.splitlines()
     assert files["idle_unit"].path == "/srv/vllm/podkit/bin/podkit-idle.service"

@@ -85,6 +85,15 @@ def in_session(session):
     return found
 
 
+def kill(pids):
+    """SIGKILL to each of ``pids``; one that ended meanwhile (a program whose supervisor just died) is gone already."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def engine_of(server):
     """The live stand-in engine whose parent is ``server``."""
     for entry in Path("/proc").iterdir():
@@ -187,8 +196,7 @@ class Pod:
         """SIGKILL to every process of supervisord's sessions (how a stop ends them is tested above)."""
         self.note_session()
         for session in self.sessions:
-            for pid in in_session(session):
-                os.kill(pid, signal.SIGKILL)
+            kill(in_session(session))
         wait_for(lambda: not any(in_session(s) for s in self.sessions), 10, "every process of the pod gone")
 
 
@@ -374,8 +382,7 @@ def test_stale_pid_files_after_a_pod_restart_name_nothing_and_supervise_starts_a
     box.supervise()
     box.running()
     for session in box.sessions:  # the pod restart: everything podkit ran, at once
-        for pid in in_session(session):
-            os.kill(pid, signal.SIGKILL)
+        kill(in_session(session))
     wait_for(lambda: not any(in_session(s) for s in box.sessions), what="every process gone")
     run = Path(box.paths.run)
     other = subprocess.Popen(["sleep", "60"])  # a pid reused by another program
