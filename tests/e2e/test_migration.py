@@ -13,20 +13,32 @@ new host key. The inventory learns the new address from the API; the re-apply
 installs nothing, downloads nothing (the namespace cannot reach anything but
 the controller), restarts the runner and waits for readiness; verify passes.
 While A is unreachable, pod B in the same inventory keeps working.
+
+Pod B is then restarted in place (same pod id, new address and host key) as a
+container whose PID 1 carries RunPod's environment: RUNPOD_POD_ID, a pod-scoped
+RUNPOD_API_KEY, and a stand-in runpodctl on its PATH that asks the replay to
+stop the pod (which kills it, as RunPod does). Deployed with
+`--data podkit_idle_stop_minutes=1`, its idle watcher does not stop it while a
+streamed completion stays open past the minute, asks RunPod to stop it about a
+minute after the stream closed, `podkit status` says stopped at $0 an hour, and
+`podkit up` resumes it (new address, port and host key), deploys and verifies it.
 """
 
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from podkit import PROJECT_ROOT
-from testing.netpods import NetnsPod, copy_volume, stand_in_inventory
+from testing.netpods import DEFAULT_PATH, STANDINS, NetnsPod, copy_volume, stand_in_inventory
 from testing.runpod_api import RunPodReplay, running_pod
 
 pytestmark = [
@@ -36,6 +48,7 @@ pytestmark = [
 
 API_KEY = "rp-replay-key"
 PORT = 8000
+B_ID, B_KEY = "podb000000001", "rp-pod-scoped-key-b"  # pod B's id and its pod-scoped key
 
 
 def op_changes(applied, host):
@@ -54,7 +67,35 @@ class Fleet:
         self.state = root / "state"
         self.inventory: Path | None = None  # stand_in_inventory() writes it
         self.pods: dict[str, NetnsPod] = {}
-        self.api = RunPodReplay(api_key=API_KEY).start()
+        # on every interface: the pods reach it at their gateway (their runpodctl stops them)
+        self.api = RunPodReplay(api_key=API_KEY, host="0.0.0.0").start()
+        self.runpodctl_log = root / "runpodctl.log"
+
+    def container_env(self, name: str, pod_id: str, key: str) -> dict[str, str]:
+        """What RunPod puts in a pod's PID 1 environment: its id, a pod-scoped key, runpodctl on PATH."""
+        return {
+            "RUNPOD_POD_ID": pod_id,
+            "RUNPOD_API_KEY": key,
+            "RUNPOD_API_BASE_URL": f"http://{self.pods[name].gateway}:{self.api.port}",
+            "RUNPOD_STANDIN_LOG": str(self.runpodctl_log),
+            "PATH": f"{STANDINS}:{DEFAULT_PATH}",
+        }
+
+    def stops_asked(self):
+        try:
+            return [json.loads(line) for line in self.runpodctl_log.read_text().splitlines()]
+        except OSError:
+            return []
+
+    def cli(self, *args):
+        return subprocess.run(
+            [sys.executable, "cli.py", *args],
+            cwd=PROJECT_ROOT,
+            env={**self.pod.box.env(), **self.env()},
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
 
     def env(self, **extra):
         return {
@@ -169,9 +210,11 @@ def test_a_migrated_pod_is_found_at_its_new_address_and_serves_again_in_seconds(
     assert "new pod, trusting its host key" in applied.stderr
     assert not any("is installed" in name or "is complete on the volume" in name for name in changed), changed
     # the edge's certificate names the pod's address, and a migrated pod has a new one: the Caddyfile
-    # changes (the edge restarts with a certificate for it; vLLM keeps running on the volume's files)
+    # changes (the edge restarts with a certificate for it; vLLM keeps running on the volume's files);
+    # the idle watcher is told the new pod id (it stops this pod, not the old one)
     assert set(changed) <= {
         f"Ensure the Caddyfile lets only /v1 with the key and /health through port {PORT} (TLS: internal)",
+        "Ensure the idle watcher keeps the idle time and stops nothing (podkit_idle_stop_minutes = 0)",
         "Ensure supervisord runs vLLM, the edge and the idle watcher from the current files",
         f"Ensure vLLM answers and lists tiny-coder behind the edge on port {PORT}",
     }, changed
@@ -191,7 +234,8 @@ def test_a_pod_restarted_in_place_is_trusted_with_its_new_key_and_serves_again(f
     sshd has new host keys) at a new address and port. The API's uptime vouches for the restart."""
     pod_b = fleet.pods["pkb"]
     pod_b.stop()
-    b = pod_b.start(host=3, port=2203)
+    # back as a RunPod container: its PID 1 holds the pod's id and pod-scoped key (the idle test below)
+    b = pod_b.start(host=3, port=2203, container_env=fleet.container_env("pkb", B_ID, B_KEY))
     volume = fleet.pod.box.volume
     fleet.api.pods = [
         running_pod("poda000000002", "coder-a", fleet.pods["pka"].address, 2202, volume),
@@ -206,3 +250,93 @@ def test_a_pod_restarted_in_place_is_trusted_with_its_new_key_and_serves_again(f
     verify = fleet.verify("--host", "coder-b")
     assert verify.returncode == 0, verify.stdout[-3000:]
     print(f"\nre-apply after an in-place restart: {applied.seconds:.1f}s wall, ops changed: {', '.join(changed)}")
+
+
+def stream(url: str, key: str, ca: str, until: float, done: dict):
+    """A streamed completion longer than the test, read as an agent reads one until ``until``
+    (monotonic), then closed by the client; what it saw goes in ``done``."""
+    body = {"model": "tiny-coder", "prompt": "def f(", "max_tokens": 64000, "ignore_eos": True, "stream": True}
+    tls = ssl.create_default_context(cafile=ca)
+    done["began"] = time.monotonic()
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.stream("POST", f"{url}/v1/completions", json=body, headers=headers, verify=tls, timeout=600) as answer:
+        done["status"], done["chunks"], done["open_at_end"] = answer.status_code, 0, False
+        for line in answer.iter_lines():
+            done["chunks"] += line.startswith("data: {")
+            if time.monotonic() >= until:
+                done["open_at_end"] = True  # still streaming when the client let go
+                break
+    done["ended"] = time.monotonic()
+
+
+def test_an_idle_pod_stops_itself_but_never_during_a_stream_and_podkit_up_brings_it_back(fleet):
+    """Issue #14 on pod B (restarted above as a RunPod container with its own id and pod-scoped key)."""
+    pod_b = fleet.pods["pkb"]
+    fleet.api.pod_keys = {B_ID: B_KEY}
+    fleet.api.on_stop = lambda pod_id: pod_b.stop()  # RunPod stops the container
+
+    def resume(pod_id):  # RunPod starts it again: a fresh container at a new address and SSH port
+        ssh = pod_b.start(host=4, port=2204)
+        return running_pod(B_ID, "coder-b", ssh.hostname, ssh.port, fleet.pod.box.volume)["runtime"]
+
+    fleet.api.on_resume = resume
+    applied = fleet.pod.box.apply(
+        "--data", "podkit_idle_stop_minutes=1", "--limit", "coder-b", inventory=str(fleet.inventory), env=fleet.env()
+    )
+    assert applied.rc == 0, applied.stderr[-4000:]
+    ready = time.monotonic()
+    assert "Ensure the idle watcher stops the pod after 1 minute without a request" in applied.stdout
+    url, ca, key = f"https://{pod_b.address}:{PORT}", str(fleet.state / "ca" / "coder-b.crt"), fleet.pod.key()
+
+    def status_row():
+        status = fleet.cli("status", str(fleet.inventory), "--host", "coder-b", "--json")
+        assert status.returncode == 0, status.stderr
+        return json.loads(status.stdout)["coder-b"]
+
+    row = status_row()
+    for _ in range(10):  # the watcher reads vLLM every 5 s: its first reading may be a moment away
+        if row["idle_stop_in_minutes"] is not None:
+            break
+        time.sleep(1)
+        row = status_row()
+    assert row["state"] == "up" and row["idle_stop_minutes"] == 1 and 0 < row["idle_stop_in_minutes"] <= 1
+    assert row["usd_per_hour"] == 0.34 and row["spend_usd"] is not None and row["pod_id"] == B_ID
+
+    # a stream open from before the one-minute deadline until well after it
+    done = {}
+    reader = threading.Thread(target=stream, args=(url, key, ca, ready + 68, done))
+    reader.start()
+    while reader.is_alive():
+        assert fleet.stops_asked() == [], "the watcher asked RunPod to stop the pod while a stream ran"
+        time.sleep(1)
+    reader.join()
+    assert done["status"] == 200 and done["chunks"] > 100 and done["open_at_end"], done
+
+    deadline = time.monotonic() + 150
+    while not fleet.stops_asked() and time.monotonic() < deadline:
+        time.sleep(1)
+    (asked,) = fleet.stops_asked()
+    after = time.monotonic() - done["ended"]
+    # about a minute after the last request: the watcher reads every 5 s
+    assert 55 <= after <= 80, f"the stop was asked {after:.0f} s after the stream ended"
+    assert asked["argv"] == ["stop", "pod", B_ID] and asked["api_key_set"] and asked["exit"] == 0
+    assert fleet.api.wait_for_hooks() and not pod_b.pids()  # RunPod stopped the container
+    assert [r["key"] for r in fleet.api.requests if "podStop" in (r["query"] or "")] == [f"pod:{B_ID}"]
+    print(
+        f"\nidle stop (1 min): a stream open from {done['began'] - ready:.0f} s to {done['ended'] - ready:.0f} s "
+        f"after readiness, then the stop asked {after:.0f} s after it closed"
+    )
+
+    row = status_row()
+    assert row["state"] == "stopped" and row["spend_usd"] == 0.0 and row["since_text"].startswith("Exited by user")
+
+    begin = time.monotonic()
+    up = fleet.cli("up", str(fleet.inventory), "--host", "coder-b")
+    assert up.returncode == 0, up.stderr[-4000:]
+    assert pod_b.address.endswith(".4") and f"https://{pod_b.address}:{PORT}/v1" in up.stdout
+    assert f"coder-b: resuming pod {B_ID}" in up.stderr
+    print(f"podkit up: {time.monotonic() - begin:.1f} s from stopped to serving")
+    verify = fleet.verify("--host", "coder-b")
+    assert verify.returncode == 0, verify.stdout[-3000:]
+    for secret in (B_KEY, API_KEY, key):
+        assert secret not in up.stdout + up.stderr + applied.stdout + applied.stderr

@@ -65,7 +65,9 @@ def test_one_datum_changes_the_launch_script_and_restarts_once(serving):
     applied = pod.apply("--data", "vllm_max_model_len=1024")
     assert applied.rc == 0, applied.stderr[-3000:]
     changed = applied.changed()
-    assert [name for name in changed if "launch script" in name] and len(changed) == 3, changed
+    # the launch script, what the plan predicts for it, the restart, readiness
+    assert [name for name in changed if "launch script" in name] and len(changed) == 4, changed
+    assert any("what the plan predicts" in name for name in changed)
     assert any("supervisord runs vLLM" in name for name in changed)
     assert pod.log().count("podkit: starting vLLM") == starts_before + 1
     assert models(pod)[0]["max_model_len"] == 1024
@@ -95,7 +97,7 @@ def test_supervisord_brings_back_a_killed_server(serving):
     assert new != old
     wait_for(lambda: _ready(pod), timeout=180)
     status = pod.box.supervisorctl("status")
-    assert status.returncode == 0 and status.stdout.count("RUNNING") == 2, status.stdout
+    assert status.returncode == 0 and status.stdout.count("RUNNING") == 3, status.stdout
     assert (pod.podkit / "run" / "crashes").read_text().strip() == "1"
     assert "podkit: vLLM exited with status 137" in pod.log()
     # the next apply sees a serving host and changes nothing
