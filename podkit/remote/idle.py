@@ -51,6 +51,7 @@ COUNTERS = {
 MOVING = ("finished", "prompt_tokens", "generation_tokens")  # a change in any of these is a request
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 POD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+STOPPING_SECONDS = 60  # after a stop was asked: no second ask within this (the pod is going down)
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)")
 
 
@@ -280,7 +281,8 @@ class Watcher:
         if ok:
             log("%s: %s" % (why, said))
             self.last_error = None
-            self.retry_at = now + float(self.cfg.get("retry_seconds") or 300)
+            # a pod takes a moment to go down, and answers meanwhile: do not ask again at once
+            self.retry_at = now + STOPPING_SECONDS
             return
         try:
             os.unlink(self.cfg["stopped_file"])  # nothing stopped: the edge must not say it is

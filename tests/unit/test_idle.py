@@ -275,3 +275,18 @@ def test_the_watcher_runs_on_the_python_the_host_has():
     assert out.returncode == 0, out.stderr
     imported = {line.split()[1].split(".")[0] for line in source.splitlines() if line.startswith(("import ", "from "))}
     assert imported <= {"json", "os", "re", "shutil", "signal", "subprocess", "sys", "time", "urllib"}
+
+
+def test_after_a_stop_the_next_idle_spell_stops_again_once_the_server_is_back(tmp_path):
+    """A server stopped for idleness and started again (podkit up) is stopped after its next idle
+    spell: one stop asked per spell, none while the first stop takes effect."""
+    stops = []
+    readings = Readings(counts())
+    watcher = idle.Watcher(
+        watcher_config(tmp_path), readings.read, readings.now, stop=lambda: stops.append(readings.t) or (True, "ok")
+    )
+    for reading in [counts()] * 14 + [counts()] * 4 + [None] * 10 + [counts()] * 14:
+        readings.readings = [reading]
+        watcher.tick()
+        readings.t += 5
+    assert len(stops) == 2 and stops[1] - stops[0] >= 60 + 50
