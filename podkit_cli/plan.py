@@ -36,7 +36,14 @@ def _version(ctx, param, value):
     help="Total memory per GPU as torch reports it (H100 80GB: 79.19).",
 )
 @click.option("--gpus", "gpu_count", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--tensor-parallel-size", type=click.IntRange(min=1), help="Default: every GPU.")
+@click.option("--tensor-parallel-size", type=click.IntRange(min=1), help="Default: every GPU (over the stages).")
+@click.option(
+    "--pipeline-parallel-size",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Pipeline stages: each holds its share of the layers; the KV pool is the smallest stage's.",
+)
 @click.option("--gpu-memory-utilization", type=click.FloatRange(0.05, 1.0), default=0.9, show_default=True)
 @click.option("--max-model-len", default="auto", callback=_max_model_len, show_default=True, help="Tokens, or auto.")
 @click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto", show_default=True)
@@ -57,6 +64,7 @@ def plan(
     gpu_memory_gib,
     gpu_count,
     tensor_parallel_size,
+    pipeline_parallel_size,
     gpu_memory_utilization,
     max_model_len,
     kv_cache_dtype,
@@ -75,6 +83,7 @@ def plan(
     \b
     podkit plan Qwen/Qwen3-Coder-30B-A3B-Instruct --gpu H100 --max-model-len 65536
     podkit plan meta-llama/Llama-3.1-8B-Instruct --gpu L4 --disk-free-gib 20 --json
+    podkit plan deepseek-ai/DeepSeek-V2-Lite --gpu L4 --gpus 4 --tensor-parallel-size 2 --pipeline-parallel-size 2
     """
     from podkit.plan.checkpoints import ModelError, find_fp8_alternative, from_directory, from_hub, is_local
     from podkit.plan.families import UnknownFamily, family_for
@@ -111,6 +120,7 @@ def plan(
             disk_free_bytes=int(disk_free_gib * GIB) if disk_free_gib is not None else None,
             family=family,
             vllm_version=vllm_version,
+            pipeline_parallel_size=pipeline_parallel_size,
         )
     except PlanError as exc:
         raise click.BadParameter(str(exc)) from None
@@ -136,12 +146,18 @@ def _print_plan(p, family_error: str | None) -> None:
         ("max model len", f"{p.max_model_len} (longest that fits: {p.max_model_len_fit})"),
         ("max concurrency", p.max_concurrency),
         ("tensor parallel", p.tensor_parallel_size),
+        ("pipeline parallel", p.pipeline_parallel_size),
         ("tool-call parser", p.tool_call_parser or family_error or "-"),
         ("reasoning parser", p.reasoning_parser or "-"),
         ("vLLM", p.vllm_version),
     ]
     for label, value in rows:
         click.echo(f"{label:<20} {value}")
+    for stage in p.stages:
+        click.echo(
+            f"  stage {stage['stage']}: {stage['layers']} layers, {stage['weights_gib']} GiB of weights per GPU, "
+            f"KV cache {stage['available_kv_cache_gib']} GiB = {stage['kv_cache_tokens']} tokens"
+        )
     verdict = click.style("FITS", fg="green") if p.fits else click.style("DOES NOT FIT", fg="red")
     click.echo(f"\n{verdict}: {p.reason}")
     for suggestion in p.suggestions:

@@ -78,6 +78,16 @@ class Overheads:
         logits = self.max_num_seqs * arch.vocab_size * 4
         return (self.max_num_batched_tokens * per_token + logits) / GIB
 
+    def stage_activation_gib(self, arch: Architecture, tp: int, last: bool) -> float:
+        """One pipeline stage's activation peak. Every stage runs its layers over the batch; only
+        the last computes logits, and there the profiling run holds them for the whole batch
+        (``max_num_batched_tokens`` x vocabulary in fp32): calibrated on the PP 2 launch of
+        DeepSeek-V2-Lite in tests/fixtures/kv_reference_cases.json, whose last stage logged
+        0.8 GiB less KV memory than the first while holding fewer layers."""
+        per_token = 10 * arch.hidden_size + 4 * arch.intermediate_size / tp
+        logits = (self.max_num_batched_tokens + self.max_num_seqs) * arch.vocab_size * 4 if last else 0
+        return (self.max_num_batched_tokens * per_token + logits) / GIB
+
     def non_torch_gib(self, tp: int) -> float:
         return self.non_torch_tp1 if tp == 1 else self.non_torch_tp_many
 
@@ -97,6 +107,9 @@ class MemoryPlan:
     fits: bool
     reason: str
     suggestions: list[str] = field(default_factory=list)
+    pipeline_parallel_size: int = 1
+    #: with pipeline parallel, each stage's layers, weights, KV memory and tokens (the pool is the smallest)
+    stages: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -104,6 +117,22 @@ class MemoryPlan:
 
 def valid_tp_sizes(arch: Architecture, gpus: int) -> list[int]:
     return [tp for tp in range(1, gpus + 1) if arch.num_attention_heads % tp == 0]
+
+
+def valid_shapes(arch: Architecture, gpus: int) -> list[tuple[int, int]]:
+    """Every (TP, PP) that uses at most ``gpus`` GPUs: TP divides the attention heads, PP is at
+    most the layer count."""
+    return [(tp, pp) for tp in valid_tp_sizes(arch, gpus) for pp in range(1, gpus // tp + 1) if pp <= arch.num_layers]
+
+
+def stage_layers(num_layers: int, pp: int) -> list[int]:
+    """Layers per pipeline stage as vLLM splits them (``get_pp_indices`` without
+    VLLM_PP_LAYER_PARTITION): an even share each, the remainder one more each to the stages
+    before the last (27 layers over 2 stages: 14 and 13)."""
+    share = [num_layers // pp] * pp
+    for index in range(2, num_layers % pp + 2):
+        share[-index] += 1
+    return share
 
 
 def plan_memory(
@@ -120,9 +149,23 @@ def plan_memory(
     fp8_weight_bytes: int | None = None,
     vllm_version: str = "0.33.0",
     overheads: Overheads | None = None,
+    pipeline_parallel_size: int = 1,
 ) -> MemoryPlan:
-    """Plan one server; ``weight_bytes`` is the checkpoint's total (the FP8 one's if chosen)."""
-    tp = tensor_parallel_size or gpu_count
+    """Plan one server; ``weight_bytes`` is the checkpoint's total (the FP8 one's if chosen).
+    With ``pipeline_parallel_size`` > 1 each stage holds its share of the layers (and of the
+    weights, in proportion), and the KV pool is the smallest stage's."""
+    pp = pipeline_parallel_size
+    tp = tensor_parallel_size or max(1, gpu_count // pp)
+    if pp == 1 and tp > gpu_count:
+        raise PlanError(f"tensor_parallel_size {tp} exceeds the {gpu_count} GPU(s); use at most {gpu_count}")
+    if pp < 1 or pp > arch.num_layers:
+        raise PlanError(f"pipeline_parallel_size {pp} must be from 1 to the model's {arch.num_layers} layers")
+    if tp * pp > gpu_count:
+        shapes = ", ".join(f"TP {t} x PP {p}" for t, p in valid_shapes(arch, gpu_count) if t * p == gpu_count)
+        raise PlanError(
+            f"tensor_parallel_size {tp} x pipeline_parallel_size {pp} needs {tp * pp} GPUs, more than the "
+            f"{gpu_count} here; shapes that use them all: {shapes or 'none'}"
+        )
     if tp > gpu_count:
         raise PlanError(f"tensor_parallel_size {tp} exceeds the {gpu_count} GPU(s); use at most {gpu_count}")
     if arch.num_attention_heads % tp:
@@ -140,9 +183,50 @@ def plan_memory(
     activation = ov.activation_gib(arch, tp)
     non_torch = ov.non_torch_gib(tp)
     graphs = ov.cuda_graphs
+    if pp > 1:
+        non_torch = ov.non_torch_tp_many  # stages talk over NCCL as TP ranks do
     available = gpu_memory_gib * gpu_memory_utilization - weights / GIB - activation - non_torch - graphs
     tokens = max(0, math.floor(available * GIB / kv_bytes / BLOCK) * BLOCK) if available > 0 else 0
     capacity = _context_capacity(arch, available, tp, DTYPE_BYTES[kv_cache_dtype])
+    stages: list[dict[str, Any]] = []
+    if pp > 1:
+        split = stage_layers(arch.num_layers, pp)
+        for index, layers in enumerate(split):
+            share = layers / arch.num_layers
+            attention = max(1, round(arch.attention_layers * share))
+            stage_weights = weights * share / GIB
+            stage_activation = ov.stage_activation_gib(arch, tp, last=index == len(split) - 1)
+            budget = gpu_memory_gib * gpu_memory_utilization - stage_activation - non_torch - graphs
+            stage_available = budget - stage_weights
+            stage_kv = arch.kv_bytes_per_token(tp, DTYPE_BYTES[kv_cache_dtype], attention)
+            stage_tokens = (
+                max(0, math.floor(stage_available * GIB / stage_kv / BLOCK) * BLOCK) if stage_available > 0 else 0
+            )
+            # the longest context: the stage's budget seen as the whole model's (its layers' share)
+            stage_capacity = _context_capacity(
+                arch, stage_available * arch.attention_layers / attention, tp, DTYPE_BYTES[kv_cache_dtype]
+            )
+            stages.append(
+                {
+                    "stage": index,
+                    "layers": layers,
+                    "weights_gib": round(stage_weights, 2),
+                    "activation_gib": round(stage_activation, 2),
+                    "available_kv_cache_gib": round(stage_available, 2),
+                    "kv_bytes_per_token": stage_kv,
+                    "kv_cache_tokens": stage_tokens,
+                    "max_context": stage_capacity,
+                }
+            )
+        limiting = min(stages, key=lambda stage: stage["kv_cache_tokens"])
+        weights = weights * max(stage["layers"] for stage in stages) / arch.num_layers
+        activation = max(stage["activation_gib"] for stage in stages)
+        available, tokens, kv_bytes = (
+            limiting["available_kv_cache_gib"],
+            limiting["kv_cache_tokens"],
+            limiting["kv_bytes_per_token"],
+        )
+        capacity = min(stage["max_context"] for stage in stages)
     fit_len = min(capacity, arch.max_position_embeddings)
     wanted = fit_len if max_model_len == "auto" else int(max_model_len)
     if available <= 0:
@@ -174,6 +258,8 @@ def plan_memory(
         max_model_len_fit=max(0, fit_len),
         fits=fits,
         reason=reason,
+        pipeline_parallel_size=pp,
+        stages=stages,
     )
 
 
@@ -231,7 +317,10 @@ def suggestions(
     for tp in (2, 4, 8):
         if tp > (arch.num_attention_heads or 1) or arch.num_attention_heads % tp:
             continue
-        alt = replan(gpu_count=max(tp, gpu_count), tensor_parallel_size=tp)
+        try:
+            alt = replan(gpu_count=max(tp, gpu_count), tensor_parallel_size=tp)
+        except PlanError:  # a TP that the pipeline's stages leave no GPUs for
+            continue
         if alt.fits:
             out.append(f"use {tp} GPUs with vllm_tensor_parallel_size={tp}: {alt.kv_cache_tokens} KV cache tokens")
             break
@@ -292,11 +381,14 @@ class Plan:
     reason: str
     suggestions: tuple[str, ...]
     tensor_parallel_size: int
+    pipeline_parallel_size: int = 1
+    stages: tuple[dict[str, Any], ...] = ()  # per pipeline stage (the KV pool is the smallest's)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data: nested dicts, lists; no overheads on a host without GPUs."""
         out = asdict(self)
         out["download_files"], out["suggestions"] = list(self.download_files), list(self.suggestions)
+        out["stages"] = [dict(stage) for stage in self.stages]
         if self.activation_gib is None:
             for key in _GPU_ONLY:
                 del out[key]
@@ -318,6 +410,7 @@ def make_plan(
     cached_bytes: int | dict[str, int] = 0,
     family=None,
     vllm_version: str = "0.33.0",
+    pipeline_parallel_size: int = 1,
 ) -> Plan:
     """The whole plan (the ``cli.py plan --json`` object and the deploy's preflight)."""
     chosen = checkpoint
@@ -339,6 +432,7 @@ def make_plan(
                 kv_cache_dtype=kv_cache_dtype,
                 runtime_fp8=runtime_fp8,
                 vllm_version=vllm_version,
+                pipeline_parallel_size=pipeline_parallel_size,
             )
             args.update(changes)
             return plan_memory(arch, **args)
@@ -369,7 +463,11 @@ def make_plan(
     missing = 0 if chosen.local else max(0, download - cached)
     disk_fits = None if disk_free_bytes is None else missing + DISK_HEADROOM_BYTES <= disk_free_bytes
     if memory is not None:
-        verdict = dict(memory.as_dict(), tensor_parallel_size=tensor_parallel_size or hardware.gpu_count)
+        verdict = dict(
+            memory.as_dict(),
+            tensor_parallel_size=tensor_parallel_size or max(1, hardware.gpu_count // pipeline_parallel_size),
+        )
+        verdict["stages"] = tuple(verdict["stages"])
     else:
         verdict = dict.fromkeys(
             (

@@ -1,0 +1,124 @@
+"""Pipeline parallel in the plan (issue #13, part 3): layers split as vLLM splits them, each stage's
+weights, activation and KV cache, the pool the smallest stage's, and the TP x PP shapes a host's
+GPUs allow; checked on the public PP 2 launch in tests/fixtures/kv_reference_cases.json."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from podkit.plan.architecture import Architecture
+from podkit.plan.memory import PlanError, plan_memory, stage_layers, valid_shapes
+from podkit.sandbox.tinymodel import write_tiny_model
+from podkit_cli import cli
+
+CASES = json.loads((Path(__file__).resolve().parent.parent / "fixtures" / "kv_reference_cases.json").read_text())
+PP_CASES = [c for c in CASES if c.get("logged_stages")]
+
+
+@pytest.mark.parametrize(
+    "layers, pp, split",
+    [(27, 2, [14, 13]), (48, 2, [24, 24]), (10, 3, [3, 4, 3]), (61, 4, [15, 15, 16, 15]), (7, 7, [1] * 7)],
+)
+def test_layers_are_split_as_vllm_splits_them(layers, pp, split):
+    """vLLM's get_pp_indices: an even share each, the remainder one each to the stages before the last,
+    counting back from it (61 over 4: the third stage gets the extra layer)."""
+    assert stage_layers(layers, pp) == split and sum(split) == layers
+
+
+def arch_of(case):
+    return Architecture.from_config({k: v for k, v in case["config"].items() if v is not None})
+
+
+def test_the_reference_set_has_a_pipeline_parallel_launch_with_both_stages():
+    assert PP_CASES and all(len(c["logged_stages"]) == c["pipeline_parallel_size"] >= 2 for c in PP_CASES)
+
+
+@pytest.mark.parametrize("case", PP_CASES, ids=lambda c: c["id"])
+def test_each_stage_and_the_pool_within_5_percent_of_the_log(case):
+    arch = arch_of(case)
+    tp, pp = case["tensor_parallel_size"], case["pipeline_parallel_size"]
+    plan = plan_memory(
+        arch,
+        weight_bytes=case["weight_bytes"],
+        gpu_memory_gib=case["gpu_memory_gib"],
+        gpu_count=case["gpu_count"],
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        gpu_memory_utilization=case["gpu_memory_utilization"],
+        max_model_len=case["max_model_len"],
+        kv_cache_dtype=case["kv_cache_dtype"],
+        vllm_version=re.search(r"\d+\.\d+\.\d+", case["vllm_version"].split("(")[-1]).group(0),
+    )
+    assert [s["layers"] for s in plan.stages] == [s["layers"] for s in case["logged_stages"]]
+    for predicted, logged in zip(plan.stages, case["logged_stages"]):
+        print(
+            f"stage {logged['stage']}: predicted {predicted['available_kv_cache_gib']} GiB, logged {logged['available_kv_gib']}"
+        )
+        assert predicted["available_kv_cache_gib"] == pytest.approx(logged["available_kv_gib"], rel=0.05)
+    logged = case["logged"]["kv_cache_tokens"]
+    assert plan.kv_cache_tokens == min(s["kv_cache_tokens"] for s in plan.stages)
+    assert plan.kv_cache_tokens == pytest.approx(logged, rel=0.05)
+    assert plan.pipeline_parallel_size == pp and plan.fits
+
+
+def test_the_pool_is_the_smallest_stages_from_its_logged_memory():
+    """With the logged KV memory of each stage, each stage's bytes per token (its own layers) give
+    the logged pool from the smaller stage: the rule the plan applies."""
+    case = PP_CASES[0]
+    arch = arch_of(case)
+    tokens = [
+        stage["available_kv_gib"] * 2**30 / arch.kv_bytes_per_token(case["tensor_parallel_size"], 2, stage["layers"])
+        for stage in case["logged_stages"]
+    ]
+    assert min(tokens) == pytest.approx(case["logged"]["kv_cache_tokens"], rel=0.001)
+
+
+SMALL = Architecture.from_config(
+    {"num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 2, "hidden_size": 1024}
+)
+
+
+def test_shapes_for_the_gpu_count_and_the_models_heads_and_layers():
+    assert (2, 2) in valid_shapes(SMALL, 4) and (4, 1) in valid_shapes(SMALL, 4) and (1, 4) in valid_shapes(SMALL, 4)
+    assert (3, 1) not in valid_shapes(SMALL, 4)  # 3 does not divide 8 heads
+    assert all(tp * pp <= 4 for tp, pp in valid_shapes(SMALL, 4))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (
+            dict(gpu_count=4, tensor_parallel_size=4, pipeline_parallel_size=2),
+            "tensor_parallel_size 4 x pipeline_parallel_size 2 needs 8 GPUs, more than the 4 here; "
+            "shapes that use them all: TP 1 x PP 4, TP 2 x PP 2, TP 4 x PP 1",
+        ),
+        (
+            dict(gpu_count=16, pipeline_parallel_size=9),
+            "pipeline_parallel_size 9 must be from 1 to the model's 8 layers",
+        ),
+    ],
+)
+def test_a_shape_the_gpus_or_layers_cannot_take_is_refused_with_the_ones_they_can(kwargs, message):
+    with pytest.raises(PlanError, match=re.escape(message)):
+        plan_memory(SMALL, weight_bytes=2 * 10**9, gpu_memory_gib=24, max_model_len=4096, **kwargs)
+
+
+def test_without_a_pipeline_the_plan_is_what_it_was():
+    one = plan_memory(SMALL, weight_bytes=2 * 10**9, gpu_memory_gib=24, gpu_count=2, max_model_len=4096)
+    assert one.pipeline_parallel_size == 1 and one.stages == [] and one.kv_cache_tokens > 0
+
+
+def test_cli_plan_prints_each_stage(tmp_path):
+    model = str(write_tiny_model(tmp_path / "tiny"))
+    args = ["plan", model, "--gpu", "L4", "--gpus", "2", "--pipeline-parallel-size", "2", "--max-model-len", "4096"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "pipeline parallel    2" in result.output
+    assert re.search(r"stage 0: 1 layers, .* GiB of weights per GPU, KV cache .* GiB = \d+ tokens", result.output)
+    assert "stage 1: 1 layers" in result.output
+    data = json.loads(CliRunner().invoke(cli, [*args, "--json"]).output)
+    assert [s["stage"] for s in data["stages"]] == [0, 1] and data["tensor_parallel_size"] == 1
+    assert data["kv_cache_tokens"] == min(s["kv_cache_tokens"] for s in data["stages"])
