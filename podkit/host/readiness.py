@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from podkit.host.diagnose import diagnose
 from podkit.host.probe import server_config
-from podkit.host.startup import STARTUP_NEEDLES, compare, parse_startup
+from podkit.host.startup import STARTUP_NEEDLES, compare, parse_startup, row_text
 from podkit.settings import Settings
 
 CRASH_LIMIT = 2
@@ -78,11 +78,7 @@ class WaitResult:
         """What vLLM logged at this start beside the plan: one line per figure, a gap above 5% flagged."""
         logged = parse_startup(self.startup)
         rows = compare((self.plan or {}).get("predicted") or {}, logged)
-        return [
-            f"{row['figure']}: vLLM logged {row['logged']:g}, the plan predicted {row['predicted']:g} "
-            f"({row['gap'] * 100:+.1f}%)" + (" OFF BY MORE THAN 5%" if row["flag"] else "")
-            for row in rows
-        ]
+        return [f"this start, {row_text(row)}" for row in rows]
 
     @property
     def fatal(self) -> list[str]:

@@ -16,6 +16,8 @@ import re
 from datetime import datetime
 from typing import Any
 
+from podkit.plan.architecture import Architecture
+
 #: Substrings of the log lines worth reading (what ``podctl status`` hands back, and no more).
 STARTUP_NEEDLES = (
     "non-default args",  # the API server's first line: the start of the clock
@@ -43,26 +45,46 @@ STARTUP_NEEDLES = (
 GAP = 0.05
 
 _NUMBER = r"([\d,]+(?:\.\d+)?)"
-_PATTERNS = {
-    "vllm_version": re.compile(r"(?:API server version |V1 LLM engine \(v)([\w.+-]+?)\)?(?:\s|$)"),
-    "weights": re.compile(r"Model loading took " + _NUMBER + r" GiB(?: memory)? and " + _NUMBER + r" s"),
-    "cpu_weights": re.compile(r"Loading weights took " + _NUMBER + r" s"),
-    "v0_weights": re.compile(r"Loading model weights took " + _NUMBER + r" GB"),  # the V0 engine's
-    "v0_kv": re.compile(r"\bkv_cache_size=" + _NUMBER + r"GiB"),
-    "compile": re.compile(r"torch\.compile (?:takes|took) " + _NUMBER + r" s"),
-    "available_kv": re.compile(r"Available KV cache memory: " + _NUMBER + r" GiB"),
-    "cpu_kv": re.compile(r"Explicitly set \(" + _NUMBER + r"/" + _NUMBER + r"\) GiB for KV cache"),
-    "kv_tokens": re.compile(r"(?:GPU|CPU) KV cache size: " + _NUMBER + r" tokens"),
-    "concurrency": re.compile(r"Maximum concurrency for " + _NUMBER + r" tokens per request: " + _NUMBER + r"x"),
-    "graphs": re.compile(r"Graph capturing finished in " + _NUMBER + r" secs?, took " + _NUMBER + r" GiB"),
-    "engine": re.compile(r"init engine \(profile, create kv cache, warmup model\) took " + _NUMBER + r" s"),
-    "suggested": re.compile(r"--kv-cache-memory[= ](\d+)"),
-}
-_STAMP = re.compile(r"\b(?:INFO|WARNING|DEBUG|ERROR) (\d\d-\d\d \d\d:\d\d:\d\d)")
 
 
 def _num(text: str) -> float:
     return float(text.replace(",", ""))
+
+
+def _whole(text: str) -> int:
+    return int(_num(text))
+
+
+#: Each line vLLM prints at a start, and where its numbers go: (group, "found" or "phases", key, type).
+_PATTERNS = (
+    (r"(?:API server version |V1 LLM engine \(v)([\w.+-]+?)\)?(?:\s|$)", [(1, "found", "vllm_version", str)]),
+    (
+        r"Model loading took " + _NUMBER + r" GiB(?: memory)? and " + _NUMBER + r" s",
+        [(1, "found", "model_weights_gib", _num), (2, "phases", "load", _num)],
+    ),
+    (r"Loading weights took " + _NUMBER + r" s", [(1, "phases", "load", _num)]),  # the CPU build's
+    (r"Loading model weights took " + _NUMBER + r" GB", [(1, "found", "model_weights_gib", _num)]),  # V0's
+    (r"\bkv_cache_size=" + _NUMBER + r"GiB", [(1, "found", "kv_cache_gib", _num)]),  # V0's
+    (r"torch\.compile (?:takes|took) " + _NUMBER + r" s", [(1, "phases", "compile", _num)]),
+    (r"Available KV cache memory: " + _NUMBER + r" GiB", [(1, "found", "kv_cache_gib", _num)]),
+    (r"Explicitly set \(" + _NUMBER + r"/" + _NUMBER + r"\) GiB for KV cache", [(1, "found", "kv_cache_gib", _num)]),
+    (r"(?:GPU|CPU) KV cache size: " + _NUMBER + r" tokens", [(1, "found", "kv_cache_tokens", _whole)]),
+    (
+        r"Maximum concurrency for " + _NUMBER + r" tokens per request: " + _NUMBER + r"x",
+        [(1, "found", "max_model_len", _whole), (2, "found", "max_concurrency", _num)],
+    ),
+    (
+        r"Graph capturing finished in " + _NUMBER + r" secs?, took " + _NUMBER + r" GiB",
+        [(1, "phases", "graph_capture", _num), (2, "found", "cuda_graph_gib", _num)],
+    ),
+    (
+        r"init engine \(profile, create kv cache, warmup model\) took " + _NUMBER + r" s",
+        [(1, "phases", "profile_kv_warmup", _num)],
+    ),
+    (r"--kv-cache-memory[= ](\d+)", [(1, "found", "suggested_kv_cache_memory_bytes", int)]),
+)
+_COMPILED = [(re.compile(pattern), targets) for pattern, targets in _PATTERNS]
+_STAMP = re.compile(r"\b(?:INFO|WARNING|DEBUG|ERROR) (\d\d-\d\d \d\d:\d\d:\d\d)")
 
 
 def parse_startup(lines: list[str]) -> dict[str, Any]:
@@ -70,6 +92,7 @@ def parse_startup(lines: list[str]) -> dict[str, Any]:
     wins: with several workers the lines repeat). Keys absent from the log are absent here."""
     found: dict[str, Any] = {}
     phases: dict[str, float] = {}
+    into = {"found": found, "phases": phases}
     stamps: list[datetime] = []
     ready_at = None
     for line in lines:
@@ -81,39 +104,10 @@ def parse_startup(lines: list[str]) -> dict[str, Any]:
                 pass
         if ("Starting vLLM server on" in line or "Starting vLLM API server" in line) and stamps:
             ready_at = stamps[-1]
-        for name, pattern in _PATTERNS.items():
+        for pattern, targets in _COMPILED:
             match = pattern.search(line)
-            if not match:
-                continue
-            if name == "vllm_version":
-                found["vllm_version"] = match.group(1)
-            elif name == "weights":
-                found["model_weights_gib"] = _num(match.group(1))
-                phases["load"] = _num(match.group(2))
-            elif name == "cpu_weights":
-                phases["load"] = _num(match.group(1))
-            elif name == "v0_weights":
-                found["model_weights_gib"] = _num(match.group(1))
-            elif name == "v0_kv":
-                found["kv_cache_gib"] = _num(match.group(1))
-            elif name == "compile":
-                phases["compile"] = _num(match.group(1))
-            elif name == "available_kv":
-                found["kv_cache_gib"] = _num(match.group(1))
-            elif name == "cpu_kv":
-                found["kv_cache_gib"] = _num(match.group(1))
-            elif name == "kv_tokens":
-                found["kv_cache_tokens"] = int(_num(match.group(1)))
-            elif name == "concurrency":
-                found["max_concurrency"] = _num(match.group(2))
-                found["max_model_len"] = int(_num(match.group(1)))
-            elif name == "graphs":
-                phases["graph_capture"] = _num(match.group(1))
-                found["cuda_graph_gib"] = _num(match.group(2))
-            elif name == "engine":
-                phases["profile_kv_warmup"] = _num(match.group(1))
-            elif name == "suggested":
-                found["suggested_kv_cache_memory_bytes"] = int(match.group(1))
+            for group, where, key, kind in targets if match else ():
+                into[where][key] = kind(match.group(group))
     if stamps and ready_at is not None:
         phases["total"] = (ready_at - stamps[0]).total_seconds() % (366 * 86400)
     if phases:
@@ -143,6 +137,13 @@ def compare(predicted: dict[str, Any], logged: dict[str, Any]) -> list[dict[str,
         gap = (plan / log - 1.0) if log else (0.0 if not plan else float("inf"))
         rows.append({"figure": label, "predicted": plan, "logged": log, "gap": round(gap, 4), "flag": abs(gap) > GAP})
     return rows
+
+
+def row_text(row: dict[str, Any]) -> str:
+    """One compared figure as people read it: ``KV tokens: predicted 152000, logged 139776 (+8.7%)``,
+    with a gap above :data:`GAP` flagged."""
+    flag = f"  <- off by more than {GAP:.0%}" if row["flag"] else ""
+    return f"{row['figure']}: predicted {row['predicted']:g}, logged {row['logged']:g} ({row['gap'] * 100:+.1f}%){flag}"
 
 
 def calibration_record(host: str, plan: dict[str, Any], logged: dict[str, Any], when: str) -> dict[str, Any]:
@@ -179,8 +180,6 @@ def plan_record(settings, launch) -> dict[str, Any]:
     TP, utilisation, context, KV dtype), the model's architecture, and the predicted weights, KV
     cache memory, KV tokens and concurrency. On a GPU host these are the plan's; on a CPU host,
     whose KV cache is the ``--kv-cache-memory-bytes`` it is given, the tokens that memory holds."""
-    from podkit.plan.architecture import Architecture
-
     plan = launch.plan
     hardware = plan.hardware if plan is not None else None
     config = launch.config or {}

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from podkit.host.probe import server_config
-from podkit.host.startup import GAP, STARTUP_NEEDLES, calibration_record, compare, parse_startup
+from podkit.host.startup import STARTUP_NEEDLES, calibration_record, compare, parse_startup, row_text
 from podkit.settings import Settings
 
 
@@ -29,6 +29,10 @@ def status_config(settings: Settings, name: str) -> dict[str, Any]:
         "idle_state": paths.idle_state,
         "stopped_file": paths.stopped_marker,
         "plan_file": paths.plan_file,
+        # podctl down stops through the idle watcher's program (idle.py --stop)
+        "python": f"{paths.venv}/bin/python",
+        "idle_script": paths.idle_script,
+        "idle_config": paths.idle_config,
         "log_file": paths.log_file,
         "startup_needles": list(STARTUP_NEEDLES),
     }
@@ -214,10 +218,7 @@ def _start_lines(start: dict[str, Any]) -> list[str]:
     timed = ", ".join(f"{label} {phases[key]:g} s" for key, label in PHASES if key in phases)
     total = f"ready in {phases['total']:g} s" if "total" in phases else "started"
     lines.append(f"  last start ({start.get('at')}): {total}" + (f" ({timed})" if timed else ""))
-    for row in start.get("compare") or []:
-        gap = f"{row['gap'] * 100:+.1f}%"
-        flag = f"  <- off by more than {GAP:.0%}" if row["flag"] else ""
-        lines.append(f"    {row['figure']}: predicted {row['predicted']:g}, logged {row['logged']:g} ({gap}){flag}")
+    lines += [f"    {row_text(row)}" for row in start.get("compare") or []]
     if not start.get("compare") and logged:
         lines.append("    nothing predicted to compare (the plan has no figure for this host)")
     return lines

@@ -27,6 +27,9 @@ edge reads to say why it answers 503 and the launch script removes at the next
 start. Every read leaves ``state_file`` (JSON: in flight, last request, the
 deadline) for ``podkit status``; every decision is logged on stdout.
 
+``idle.py CONFIG.json --stop`` is the same stop on purpose for ``podkit down`` (bare metal):
+the marker, then the server, one JSON line out.
+
 Standard library only, any Python 3.8+; it never reads the API key.
 """
 
@@ -229,6 +232,22 @@ def log(line):
     sys.stdout.flush()
 
 
+def stop_on_purpose(cfg, by, why, stop, at=None):
+    """Stop on purpose (idle, or ``podkit down``): first the marker the edge reads (who, why,
+    when), then ``stop()``; a stop that fails takes the marker back, so the edge never says a
+    server was stopped that still runs. Returns ``stop()``'s (ok, one line)."""
+    marker = {"by": by, "at": time.time() if at is None else at, "why": why}
+    marker.update(action=cfg.get("action"), host=cfg.get("host"))
+    write_json(cfg["stopped_file"], marker)
+    ok, said = stop()
+    if not ok:
+        try:
+            os.unlink(cfg["stopped_file"])
+        except OSError:
+            pass
+    return ok, said
+
+
 class Watcher:
     def __init__(self, cfg, read=read_counts, clock=time.time, stop=None):
         self.cfg = cfg
@@ -273,21 +292,14 @@ class Watcher:
         write_json(self.cfg["state_file"], self.state(now))
 
     def act(self, now):
-        minutes = self.clock.idle_seconds / 60.0
-        why = "no request for %g min" % minutes
-        marker = {"by": "idle", "at": now, "why": why, "action": self.cfg.get("action"), "host": self.cfg.get("host")}
-        write_json(self.cfg["stopped_file"], marker)
-        ok, said = self.stop()
+        why = "no request for %g min" % (self.clock.idle_seconds / 60.0)
+        ok, said = stop_on_purpose(self.cfg, "idle", why, self.stop, at=now)
         if ok:
             log("%s: %s" % (why, said))
             self.last_error = None
             # a pod takes a moment to go down, and answers meanwhile: do not ask again at once
             self.retry_at = now + STOPPING_SECONDS
             return
-        try:
-            os.unlink(self.cfg["stopped_file"])  # nothing stopped: the edge must not say it is
-        except OSError:
-            pass
         self.last_error = said
         self.retry_at = now + float(self.cfg.get("retry_seconds") or 300)
         log("%s, but could not stop: %s (trying again in %d s)" % (why, said, self.retry_at - now))
@@ -310,13 +322,19 @@ class Watcher:
 
 
 def main(argv):
-    if len(argv) != 2:
-        sys.stderr.write("usage: idle.py CONFIG.json\n")
+    """``idle.py CONFIG.json`` watches; ``idle.py CONFIG.json --stop`` stops the server now, as
+    ``podkit down`` asks (through ``podctl down``), and prints the outcome as one JSON line."""
+    if len(argv) not in (2, 3) or argv[2:] not in ([], ["--stop"]):
+        sys.stderr.write("usage: idle.py CONFIG.json [--stop]\n")
         return 2
     cfg = read_json(argv[1])
     if cfg is None:
         sys.stderr.write("idle.py: cannot read %s\n" % argv[1])
         return 2
+    if argv[2:] == ["--stop"]:
+        ok, said = stop_on_purpose(cfg, "podkit down", "stopped with podkit down", lambda: stop_server(cfg))
+        sys.stdout.write(json.dumps({"ok": ok, "done" if ok else "error": said}) + "\n")
+        return 0 if ok else 1
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     Watcher(cfg).run()
     return 0

@@ -1496,34 +1496,23 @@ def startup_lines(path, needles, most=400):
 
 
 def down(cfg):
-    """Stop vLLM on purpose (``podkit down``), leaving the edge up to say so: the marker the edge
-    reads first, then the program, through the supervisor that runs it."""
+    """Stop vLLM on purpose (``podkit down``), leaving the edge up to say so. The stop is the idle
+    watcher's own (``idle.py CONFIG --stop``: the marker the edge reads, then the program through
+    the supervisor that runs it), so there is one way to stop a server on purpose."""
     runner = supervisor_state(cfg)
     if not runner["vllm_pid"] and runner["programs"].get("vllm") not in ("RUNNING", "STARTING", "BACKOFF"):
         return {"ok": True, "done": "vLLM was not running"}
-    marker = {"by": "podkit down", "at": time.time(), "why": "stopped with podkit down", "host": cfg.get("name")}
-    tmp = cfg["stopped_file"] + ".tmp"
-    with open(tmp, "w") as handle:
-        json.dump(marker, handle, sort_keys=True)
-    os.replace(tmp, cfg["stopped_file"])
-    if cfg.get("supervisor") == "systemd":
-        argv = ["systemctl", "stop", cfg["unit"]]
-        out = subprocess.run(
-            argv if os.geteuid() == 0 else ["sudo", "-n"] + argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        if out.returncode != 0:
-            os.unlink(cfg["stopped_file"])
-            return {"ok": False, "error": out.stdout.decode(errors="replace").strip()[-300:]}
-        return {"ok": True, "done": "stopped %s" % cfg["unit"]}
+    out = subprocess.run(
+        [cfg["python"], cfg["idle_script"], cfg["idle_config"], "--stop"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    said = out.stdout.decode(errors="replace").strip()
     try:
-        supervisord_rpc(cfg["supervisord"]["socket"], 120).supervisor.stopProcess("vllm", True)
-    except (OSError, xmlrpc.client.Error) as exc:
-        os.unlink(cfg["stopped_file"])
-        return {"ok": False, "error": "supervisord could not stop vllm: %s" % str(exc)[:300]}
-    return {"ok": True, "done": "stopped vLLM (supervisord)"}
+        return json.loads(said.splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"ok": False, "error": said[-300:] or "idle.py --stop printed nothing"}
 
 
 def openapi_routes(port):
