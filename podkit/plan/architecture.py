@@ -26,6 +26,15 @@ class Architecture:
     qk_rope_head_dim: int = 0
     sliding_window: int = 0
     state_bytes_per_seq: int = 0  # hybrid models: Mamba / linear-attention state
+    # mixture of experts (0 for a dense model): what vLLM's fused-MoE kernel sizes its caches by
+    num_experts: int = 0
+    experts_per_token: int = 0  # top-k
+    moe_intermediate_size: int = 0  # one expert's
+    shared_intermediate_size: int = 0  # shared experts, run densely on every token
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 1 and self.experts_per_token > 0
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Architecture:
@@ -35,13 +44,15 @@ class Architecture:
         kv_heads = int(c.get("num_key_value_heads") or heads)
         hidden = int(c["hidden_size"])
         head_dim = int(c.get("head_dim") or hidden // heads)
-        experts = int(c.get("num_experts_per_tok") or 0)
+        experts = int(c.get("num_experts_per_tok") or c.get("experts_per_token") or 0)
         moe_inter = int(c.get("moe_intermediate_size") or 0)
         inter = (
             moe_inter * experts + int(c.get("shared_expert_intermediate_size") or 0)
             if experts and moe_inter
             else int(c.get("intermediate_size") or 4 * hidden)
         )
+        routed = int(c.get("num_experts") or c.get("num_local_experts") or c.get("n_routed_experts") or 0)
+        shared = int(c.get("shared_expert_intermediate_size") or 0) or moe_inter * int(c.get("n_shared_experts") or 0)
         common = dict(
             num_layers=layers,
             num_attention_heads=heads,
@@ -53,6 +64,13 @@ class Architecture:
             # unknown: no limit from the model (vLLM then takes the tokenizer's or the user's)
             max_position_embeddings=int(c.get("max_position_embeddings") or 1 << 30),
         )
+        if routed > 1 and experts:  # gpt-oss names one expert's width intermediate_size
+            common.update(
+                num_experts=routed,
+                experts_per_token=experts,
+                moe_intermediate_size=moe_inter or int(c.get("intermediate_size") or 0),
+                shared_intermediate_size=shared,
+            )
         if c.get("kv_lora_rank"):
             return cls(
                 "mla",

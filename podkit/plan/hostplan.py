@@ -101,6 +101,19 @@ def parser_problems(settings: Settings, launch: HostPlan, version: str) -> list[
     return [problem for problem in found if problem]
 
 
+def int_flag(args, flag: str) -> int | None:
+    """The integer ``vllm_extra_args`` give ``flag`` (``--max-num-seqs 64`` or ``--max-num-seqs=64``),
+    so the plan checks the warm-up vLLM will really run; None when absent or not a number."""
+    args = list(args)
+    for index, arg in enumerate(args):
+        value = args[index + 1] if arg == flag and index + 1 < len(args) else None
+        if arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+        if value is not None and value.strip().isdigit():
+            return int(value)
+    return None
+
+
 def context_problem(settings: Settings, checkpoint: Checkpoint, version: str) -> str | None:
     """A vllm_max_model_len above the model's positions, which vLLM refuses at start (unless
     VLLM_ALLOW_LONG_MAX_MODEL_LEN in vllm_extra_env lets it take one)."""
@@ -192,6 +205,8 @@ def plan_host(
             cached_bytes=state.hub_repos,
             family=family,
             vllm_version=version,
+            max_num_seqs=int_flag(settings.extra_args, "--max-num-seqs"),
+            max_num_batched_tokens=int_flag(settings.extra_args, "--max-num-batched-tokens"),
         )
     except PlanError as exc:
         result.problems.append(str(exc))

@@ -43,6 +43,38 @@ BLOCK = 16
 DTYPE_BYTES = {"auto": 2, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
+#: vLLM's fused-MoE kernel runs at most this many tokens per call (``CHUNK_SIZE`` in fused_moe.py).
+FUSED_MOE_CHUNK = 32768
+#: vLLM versions from this one deduct the CUDA-graph estimate from the budget before sizing KV;
+#: older ones capture the graphs after, in the memory outside the budget.
+GRAPHS_IN_BUDGET = (0, 21)
+#: Held on each GPU before vLLM takes its budget (CUDA context, driver): the H100 launch of
+#: llm-d-benchmark PR 1791 found 78.66 of 79.18 GiB free at start.
+CUDA_CONTEXT_GIB = 0.5
+#: Bytes per logit the sampler warm-up holds beyond the fp32 logits profiling reserved: the LM
+#: head's bf16 logits (2), then top-k/top-p's sort, fp32 values (4) and int64 indices (8), and the
+#: fp32 probabilities (4). Bounded by two public H100 launches at utilization 0.95 with 1024
+#: dummy requests (tests/fixtures/kv_reference_cases.json): Qwen3-32B (vocabulary 151,936) ran out
+#: of memory in the warm-up, Mistral-Small-3.2-24B (131,072) did not.
+SAMPLER_WARMUP_BYTES = 18
+
+
+def _major_minor(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
+
+
+def fused_moe_gib(arch: Architecture, tp: int, tokens: int) -> float:
+    """The caches one fused-MoE call allocates (``fused_experts_impl`` in vLLM's fused_moe.py):
+    ``(M, top_k, 2N)`` for gate and up, ``(M * top_k, N)`` after the activation and
+    ``(M, top_k, hidden)`` for down, in the activation dtype (2 bytes), with N one expert's
+    intermediate size over TP and M the batch (at most :data:`FUSED_MOE_CHUNK`). Profiling runs
+    ``max_num_batched_tokens`` through it, so the peak holds them; 0 for a dense model."""
+    if not arch.is_moe:
+        return 0.0
+    per_token = arch.experts_per_token * (3 * arch.moe_intermediate_size / tp + arch.hidden_size) * 2
+    return min(tokens, FUSED_MOE_CHUNK) * per_token / GIB
+
+
 @dataclass(frozen=True)
 class Overheads:
     """Per-GPU memory vLLM V1 keeps apart from weights and KV cache, for one vLLM version.
@@ -50,10 +82,12 @@ class Overheads:
     Calibrated on tests/fixtures/kv_reference_cases.json: the activation peak of
     the profiling run grows with ``max_num_batched_tokens`` by about
     10 x hidden + 4 x (active) intermediate bytes per token (Qwen3-8B: 2048 -> 8192
-    batched tokens cost 0.51 GiB), plus the sampler's logits for ``max_num_seqs``
-    dummy requests; non-torch memory is ~0.15-0.25 GiB on one GPU and grows with
+    batched tokens cost 0.51 GiB); a mixture-of-experts layer holds the fused-MoE
+    kernel's caches instead (:func:`fused_moe_gib`), plus the sampler's logits for
+    ``max_num_seqs`` dummy requests; non-torch memory is ~0.15-0.25 GiB on one GPU and grows with
     tensor parallelism (NCCL / custom all-reduce buffers: ~0.4 GiB in 0.10, ~2.1 GiB
-    in 0.19+ on H100); from about 0.21 the CUDA-graph estimate is deducted too.
+    in 0.19+ on H100); from about 0.21 the CUDA-graph estimate is deducted too, before
+    that the graphs are captured outside the budget (``graph_capture``).
     """
 
     non_torch_tp1: float = 0.25
@@ -61,22 +95,54 @@ class Overheads:
     cuda_graphs: float = 1.0
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
+    graph_capture: float = 1.0  # what capturing the graphs takes, deducted from the budget or not
 
     @classmethod
     def for_version(
-        cls, version: str, gpu_memory_gib: float = 80.0, max_num_batched_tokens: int | None = None
+        cls,
+        version: str,
+        gpu_memory_gib: float = 80.0,
+        max_num_batched_tokens: int | None = None,
+        max_num_seqs: int | None = None,
     ) -> Overheads:
-        major_minor = tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
+        """vLLM's defaults for the card: from 0.11 a card of 70 GiB or more gets 8192 batched
+        tokens and 1024 sequences (``get_batch_defaults``; vLLM keeps the A100 at 2048 and 256,
+        pass them for it), a smaller one 2048 and 256."""
+        major_minor = _major_minor(version)
         big = gpu_memory_gib >= 70
-        if major_minor < (0, 21):
-            default_mnbt = 8192 if big and major_minor >= (0, 11) else 2048
-            return cls(0.15, 0.4, 0.0, max_num_batched_tokens or default_mnbt)
-        return cls(0.25, 2.1, 1.0 if big else 0.5, max_num_batched_tokens or (8192 if big else 2048))
+        graphs = 1.0 if big else 0.5
+        if major_minor < GRAPHS_IN_BUDGET:
+            large = big and major_minor >= (0, 11)
+            return cls(
+                0.15,
+                0.4,
+                0.0,
+                max_num_batched_tokens or (8192 if large else 2048),
+                max_num_seqs or (1024 if large else 256),
+                graphs,
+            )
+        return cls(
+            0.25,
+            2.1,
+            graphs,
+            max_num_batched_tokens or (8192 if big else 2048),
+            max_num_seqs or (1024 if big else 256),
+            graphs,
+        )
+
+    def _layers_gib(self, arch: Architecture, tp: int) -> float:
+        """The forward pass over ``max_num_batched_tokens``: the residual stream and attention
+        (10 x hidden bytes a token), then the MLP: a dense one's 4 x intermediate bytes, or a
+        MoE layer's shared experts (dense) and the fused-MoE caches."""
+        tokens = self.max_num_batched_tokens
+        if arch.is_moe:
+            dense = 10 * arch.hidden_size + 4 * arch.shared_intermediate_size / tp
+            return tokens * dense / GIB + fused_moe_gib(arch, tp, tokens)
+        return tokens * (10 * arch.hidden_size + 4 * arch.intermediate_size / tp) / GIB
 
     def activation_gib(self, arch: Architecture, tp: int) -> float:
-        per_token = 10 * arch.hidden_size + 4 * arch.intermediate_size / tp
         logits = self.max_num_seqs * arch.vocab_size * 4
-        return (self.max_num_batched_tokens * per_token + logits) / GIB
+        return self._layers_gib(arch, tp) + logits / GIB
 
     def stage_activation_gib(self, arch: Architecture, tp: int, last: bool) -> float:
         """One pipeline stage's activation peak. Every stage runs its layers over the batch; only
@@ -84,12 +150,60 @@ class Overheads:
         (``max_num_batched_tokens`` x vocabulary in fp32): calibrated on the PP 2 launch of
         DeepSeek-V2-Lite in tests/fixtures/kv_reference_cases.json, whose last stage logged
         0.8 GiB less KV memory than the first while holding fewer layers."""
-        per_token = 10 * arch.hidden_size + 4 * arch.intermediate_size / tp
         logits = (self.max_num_batched_tokens + self.max_num_seqs) * arch.vocab_size * 4 if last else 0
-        return (self.max_num_batched_tokens * per_token + logits) / GIB
+        return self._layers_gib(arch, tp) + logits / GIB
 
     def non_torch_gib(self, tp: int) -> float:
         return self.non_torch_tp1 if tp == 1 else self.non_torch_tp_many
+
+
+def warmup_need_gib(arch: Architecture, overheads: Overheads, version: str) -> tuple[float, float]:
+    """(CUDA graphs, sampler): what the warm-up after KV sizing needs outside the budget.
+
+    Before 0.21 vLLM sizes the KV cache without the CUDA graphs, captures them afterwards, then
+    warms the sampler up with ``max_num_seqs`` dummy requests, whose working tensors
+    (:data:`SAMPLER_WARMUP_BYTES` a logit) exceed what profiling reserved; all of it must fit in
+    the memory the budget leaves. From 0.21 the graphs are deducted inside the budget and the
+    warm-up needs nothing outside it: the Qwen3-8B launch at utilization 0.9764 on an RTX A5000
+    in tests/fixtures/kv_reference_cases.json had 0.06 GiB outside and started."""
+    if _major_minor(version) >= GRAPHS_IN_BUDGET:
+        return 0.0, 0.0
+    return overheads.graph_capture, overheads.max_num_seqs * arch.vocab_size * SAMPLER_WARMUP_BYTES / GIB
+
+
+def warmup_room_gib(gpu_memory_gib: float, gpu_memory_utilization: float) -> float:
+    """The memory outside the ``gpu_memory_utilization`` budget, less what the CUDA context holds."""
+    return gpu_memory_gib * (1 - gpu_memory_utilization) - CUDA_CONTEXT_GIB
+
+
+def warmup_fixes(
+    *,
+    max_num_seqs: int,
+    graphs: float,
+    sampler: float,
+    room: float,
+    gpu_memory_gib: float,
+    gpu_memory_utilization: float,
+    available_gib: float,
+    kv_bytes_per_token: int,
+) -> list[str]:
+    """The two ways to make the warm-up fit, the one that keeps the KV cache first: fewer dummy
+    requests (``--max-num-seqs``, which also caps the requests served at once), or a lower
+    utilization (more memory outside the budget, less KV cache)."""
+    out = []
+    per_seq = sampler / max_num_seqs
+    seqs = int((room - graphs) / per_seq) // 8 * 8 if per_seq else 0
+    if seqs >= 8:
+        out.append(
+            f"set vllm_extra_args ['--max-num-seqs', '{seqs}']: the sampler warm-up then needs "
+            f"{seqs * per_seq:.2f} GiB and the KV cache keeps its size"
+        )
+    share = math.floor((1 - (graphs + sampler + CUDA_CONTEXT_GIB) / gpu_memory_gib) * 100) / 100
+    left = available_gib - (gpu_memory_utilization - share) * gpu_memory_gib
+    if 0 < share < gpu_memory_utilization and left > 0:
+        tokens = math.floor(left * GIB / kv_bytes_per_token / BLOCK) * BLOCK
+        out.append(f"set vllm_gpu_memory_utilization to {share}: the warm-up fits, {tokens} KV cache tokens remain")
+    return out
 
 
 @dataclass
@@ -110,6 +224,10 @@ class MemoryPlan:
     pipeline_parallel_size: int = 1
     #: with pipeline parallel, each stage's layers, weights, KV memory and tokens (the pool is the smallest)
     stages: list[dict[str, Any]] = field(default_factory=list)
+    max_num_seqs: int = 256
+    #: what the warm-up after KV sizing needs outside the budget (graphs + sampler), and the room there
+    warmup_gib: float = 0.0
+    warmup_room_gib: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,10 +268,14 @@ def plan_memory(
     vllm_version: str = "0.33.0",
     overheads: Overheads | None = None,
     pipeline_parallel_size: int = 1,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
 ) -> MemoryPlan:
     """Plan one server; ``weight_bytes`` is the checkpoint's total (the FP8 one's if chosen).
     With ``pipeline_parallel_size`` > 1 each stage holds its share of the layers (and of the
-    weights, in proportion), and the KV pool is the smallest stage's."""
+    weights, in proportion), and the KV pool is the smallest stage's. A launch whose KV cache
+    fits but whose warm-up would not fit outside the budget (:func:`warmup_need_gib`) does not
+    fit either: vLLM would size the cache, then die."""
     pp = pipeline_parallel_size
     tp = tensor_parallel_size or max(1, gpu_count // pp)
     if pp == 1 and tp > gpu_count:
@@ -175,7 +297,7 @@ def plan_memory(
         )
     if kv_cache_dtype not in DTYPE_BYTES:
         raise PlanError(f"kv_cache_dtype must be one of {', '.join(DTYPE_BYTES)}")
-    ov = overheads or Overheads.for_version(vllm_version, gpu_memory_gib)
+    ov = overheads or Overheads.for_version(vllm_version, gpu_memory_gib, max_num_batched_tokens, max_num_seqs)
     weights = weight_bytes / tp
     if runtime_fp8:
         weights = weights / 2  # linear layers go to 8 bit; the download does not shrink
@@ -245,6 +367,27 @@ def plan_memory(
         fits, reason = False, "the KV cache cannot hold a single block"
     else:
         fits, reason = True, f"{tokens} KV cache tokens, {tokens / wanted:.1f} requests of {wanted} at once"
+    graphs_out, sampler = warmup_need_gib(arch, ov, vllm_version)
+    room = warmup_room_gib(gpu_memory_gib, gpu_memory_utilization)
+    fixes: list[str] = []
+    if fits and graphs_out + sampler > room:
+        fits = False
+        reason = (
+            f"the KV cache fits ({tokens} tokens), but the warm-up after it needs "
+            f"{graphs_out + sampler:.2f} GiB outside the gpu_memory_utilization budget (CUDA graphs "
+            f"{graphs_out:.2f} GiB, the sampler's {ov.max_num_seqs} dummy requests {sampler:.2f} GiB) "
+            f"where {max(room, 0):.2f} GiB is left: vLLM {vllm_version} would run out of memory after sizing it"
+        )
+        fixes = warmup_fixes(
+            max_num_seqs=ov.max_num_seqs,
+            graphs=graphs_out,
+            sampler=sampler,
+            room=room,
+            gpu_memory_gib=gpu_memory_gib,
+            gpu_memory_utilization=gpu_memory_utilization,
+            available_gib=available,
+            kv_bytes_per_token=kv_bytes,
+        )
     return MemoryPlan(
         weights_gib_per_gpu=round(weights / GIB, 2),
         kv_bytes_per_token=kv_bytes,
@@ -260,6 +403,10 @@ def plan_memory(
         reason=reason,
         pipeline_parallel_size=pp,
         stages=stages,
+        suggestions=fixes,
+        max_num_seqs=ov.max_num_seqs,
+        warmup_gib=round(graphs_out + sampler, 2),
+        warmup_room_gib=round(room, 2),
     )
 
 
@@ -292,6 +439,8 @@ def suggestions(
     """What to change, cheapest first, each with what it would give. ``replan(**changes)`` re-plans."""
     if base.fits:
         return []
+    if base.suggestions:  # the warm-up's fixes: the context fits, more memory would not help
+        return list(base.suggestions)
     if base.max_model_len > arch.max_position_embeddings:
         return [f"set vllm_max_model_len to at most {min(base.max_model_len_fit, arch.max_position_embeddings)}"]
     out = []
@@ -343,7 +492,7 @@ class ChosenCheckpoint:
 
 
 #: Only a plan for GPUs has these; a host without GPUs has no VRAM overheads, and its dict leaves them out.
-_GPU_ONLY = ("activation_gib", "non_torch_gib", "cuda_graph_gib")
+_GPU_ONLY = ("activation_gib", "non_torch_gib", "cuda_graph_gib", "max_num_seqs", "warmup_gib", "warmup_room_gib")
 
 
 @dataclass(frozen=True)
@@ -383,6 +532,9 @@ class Plan:
     tensor_parallel_size: int
     pipeline_parallel_size: int = 1
     stages: tuple[dict[str, Any], ...] = ()  # per pipeline stage (the KV pool is the smallest's)
+    max_num_seqs: int | None = None
+    warmup_gib: float | None = None  # needed outside the budget after KV sizing
+    warmup_room_gib: float | None = None  # left there
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data: nested dicts, lists; no overheads on a host without GPUs."""
@@ -411,6 +563,8 @@ def make_plan(
     family=None,
     vllm_version: str = "0.33.0",
     pipeline_parallel_size: int = 1,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
 ) -> Plan:
     """The whole plan (the ``cli.py plan --json`` object and the deploy's preflight)."""
     chosen = checkpoint
@@ -433,6 +587,8 @@ def make_plan(
                 runtime_fp8=runtime_fp8,
                 vllm_version=vllm_version,
                 pipeline_parallel_size=pipeline_parallel_size,
+                max_num_seqs=max_num_seqs,
+                max_num_batched_tokens=max_num_batched_tokens,
             )
             args.update(changes)
             return plan_memory(arch, **args)

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from podkit.plan import Hardware, PlanError, gpu_by_name, make_plan
 from podkit.plan.checkpoints import Checkpoint, ModelError, fp8_candidates, needed_files
-from podkit.plan.memory import Architecture, plan_memory
+from podkit.plan.memory import GIB, Architecture, fused_moe_gib, plan_memory
 from podkit.sandbox.tinymodel import write_tiny_model
 from podkit_cli import cli
 
@@ -22,9 +22,21 @@ QWEN3_CODER_30B = {  # Qwen/Qwen3-Coder-30B-A3B-Instruct config.json (the fields
     "head_dim": 128,
     "hidden_size": 2048,
     "moe_intermediate_size": 768,
+    "num_experts": 128,
     "num_experts_per_tok": 8,
     "vocab_size": 151936,
     "max_position_embeddings": 262144,
+}
+QWEN3_32B = {  # Qwen/Qwen3-32B config.json (the fields planning reads)
+    "architectures": ["Qwen3ForCausalLM"],
+    "num_hidden_layers": 64,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "hidden_size": 5120,
+    "intermediate_size": 25600,
+    "vocab_size": 151936,
+    "max_position_embeddings": 40960,
 }
 H100 = Hardware("NVIDIA H100 80GB HBM3", 79.19, 1, "9.0")
 
@@ -272,3 +284,64 @@ def test_cli_plan_takes_the_vllm_version_the_host_runs(tmp_path):
     assert default["vllm_version"] == "0.33.0" and older["vllm_version"] == "0.10.0"
     assert older["kv_cache_tokens"] != default["kv_cache_tokens"]  # the overheads are per version
     assert CliRunner().invoke(cli, [*args, "--vllm-version", "latest"]).exit_code == 2
+
+
+def test_a_warm_up_that_cannot_fit_outside_the_budget_says_so_with_the_cheaper_fix_first():
+    # vLLM before 0.21 captures graphs and warms the sampler up after sizing KV, outside the budget
+    arch = Architecture.from_config(QWEN3_32B)
+    tight = plan_memory(
+        arch,
+        weight_bytes=int(61.03 * GIB),
+        gpu_memory_gib=79.18,
+        gpu_count=1,
+        gpu_memory_utilization=0.95,
+        max_model_len=32768,
+        vllm_version="0.11.0",
+        max_num_seqs=1024,
+    )
+    assert not tight.fits and "outside the gpu_memory_utilization budget" in tight.reason
+    assert tight.suggestions[0].startswith("set vllm_extra_args ['--max-num-seqs', '960']")
+    fewer = plan_memory(
+        arch,
+        weight_bytes=int(61.03 * GIB),
+        gpu_memory_gib=79.18,
+        gpu_count=1,
+        gpu_memory_utilization=0.95,
+        max_model_len=32768,
+        vllm_version="0.11.0",
+        max_num_seqs=960,
+    )
+    lower = plan_memory(
+        arch,
+        weight_bytes=int(61.03 * GIB),
+        gpu_memory_gib=79.18,
+        gpu_count=1,
+        gpu_memory_utilization=0.94,
+        max_model_len=32768,
+        vllm_version="0.11.0",
+        max_num_seqs=1024,
+    )
+    assert fewer.fits and lower.fits and fewer.kv_cache_tokens > lower.kv_cache_tokens
+    # from 0.21 the graphs are in the budget and the same launch starts
+    assert (
+        plan_memory(
+            arch,
+            weight_bytes=int(61.03 * GIB),
+            gpu_memory_gib=79.18,
+            gpu_count=1,
+            gpu_memory_utilization=0.95,
+            max_model_len=32768,
+            vllm_version="0.21.0",
+            max_num_seqs=1024,
+        ).warmup_gib
+        == 0
+    )
+
+
+def test_a_moe_layer_is_charged_the_fused_moe_caches():
+    arch = Architecture.from_config(QWEN3_CODER_30B)
+    assert arch.is_moe and (arch.num_experts, arch.experts_per_token, arch.moe_intermediate_size) == (128, 8, 768)
+    # (M, 8, 2 x 768) + (8M, 768) + (M, 8, 2048) in bf16 for M = 8192 batched tokens
+    assert fused_moe_gib(arch, 1, 8192) == pytest.approx(8192 * 8 * (3 * 768 + 2048) * 2 / GIB)
+    assert fused_moe_gib(arch, 2, 8192) < fused_moe_gib(arch, 1, 8192)
+    assert fused_moe_gib(Architecture.from_config(QWEN3_32B), 1, 8192) == 0

