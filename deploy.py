@@ -16,15 +16,16 @@ making the volume root theirs when it is missing or root's, and, with
 
 import os
 
-from pyinfra import host
-from pyinfra.api.exceptions import DeployError
+from pyinfra import host, inventory
+from pyinfra.api.exceptions import DeployError, NoGroupError
 
-from operations import checkpoint, facts, interrupt, preflight, supervisor, vllm, volume
+from operations import checkpoint, facts, interrupt, preflight, router, supervisor, vllm, volume
 from podkit import project_path
 from podkit.client.targets import pin_ca, way_in
 from podkit.host.preflight import choose_vllm, host_problems
-from podkit.host.probe import Unit, edge_files, idle_files, managed_files, server_config
-from podkit.host.render import edge_problems, host_files
+from podkit.host.probe import ROUTER_PROGRAMS, Unit, edge_files, idle_files, managed_files, server_config
+from podkit.host.render import edge_problems, host_files, router_files
+from podkit.host.router import replicas_of, router_problems
 from podkit.keys import ApiKeyError, ensure_key, file_content, key_digest, read_hf_token
 from podkit.plan.checkpoints import from_hub
 from podkit.plan.hostplan import plan_host
@@ -51,61 +52,39 @@ try:  # the controller's key and HF token, before any remote command: a bad file
 except ApiKeyError as bad:
     raise DeployError(f"{host.name}: {bad}") from None
 
-# 1. Read the host (GPUs, volume, installed vLLM, managed files and their modes, supervisor, server,
-#    edge, orphaned engines) and take its deploy lock, in one command. Ctrl-C exits non-zero, saying what is left.
-interrupt.exit_nonzero_on_interrupt()
-pod = facts.pod_state(settings)
-package, found = choose_vllm(settings, pod)
 
-# Plan before spending: checkpoint (FP8 if it helps), context, TP, parsers, disk.
-launch = plan_host(settings, pod, prefer_fp8=settings.prefer_fp8, resolve=lambda m: from_hub(m, token=hf_token))
-preflight.checks(
-    name="Ensure the model, its context and its download fit this host before anything is installed",
-    problems=pod.lock_problems()
-    + host_problems(settings, pod, needs_install=found is None)
-    + edge_problems(way)
-    + launch.problems,
-    summary="; ".join(filter(None, [launch.summary(), pod.lock_note()])),
-)
+# What both kinds of host do the same way. `pod` (the probe's snapshot) and `files` (the rendered
+# files) are set by the branch below before any of these runs.
+def the_volume(router: bool = False) -> None:
+    """The volume root (made the SSH user's with sudo if it is missing or root's) and its folders."""
+    volume.root(
+        name=f"Ensure {settings.volume} exists and {pod.user or 'the SSH user'} can write it",
+        path=settings.volume,
+        user=pod.user or "root",
+        group=pod.group or "root",
+        writable=pod.volume_writable,
+    )
+    volume.directories(
+        name=f"Ensure podkit's folders exist on {settings.volume}, each with its mode and owner",
+        paths=paths.directories(router=router),
+        present=pod.dirs,
+        modes=pod.modes,
+        owner=pod.owner,
+    )
 
-# 2. The volume (made the SSH user's with sudo if it is missing or root's), its folders, and vLLM
-#    (the system's if it matches, else a venv on the volume) with Caddy and supervisord in the venv.
-volume.root(
-    name=f"Ensure {settings.volume} exists and {pod.user or 'the SSH user'} can write it",
-    path=settings.volume,
-    user=pod.user or "root",
-    group=pod.group or "root",
-    writable=pod.volume_writable,
-)
-volume.directories(
-    name=f"Ensure podkit's folders exist on {settings.volume}, each with its mode and owner",
-    paths=paths.directories(),
-    present=pod.dirs,
-    modes=pod.modes,
-    owner=pod.owner,
-)
-tools = [settings.edge_package, settings.supervisor_package]
-installed = vllm.venv(
-    name=f"Ensure {package} is installed ({paths.venv} unless the system has it), with Caddy and supervisord "
-    "in the venv and no package that breaks it",
-    package=package,
-    paths=paths,
-    found=found,
-    venv_python_ok=pod.venv.python_ok,
-    tools=tools,
-    missing_tools=pod.venv.missing_tools(tools),
-)
-files = host_files(
-    settings,
-    package=package,
-    vllm_bin=found.vllm_bin if found else f"{paths.venv}/bin/vllm",
-    launch=launch,
-    way=way,
-    user=pod.user,
-    group=pod.group,
-    host_name=host.name,
-    pod_id=host.data.get("runpod_pod_id"),
-)
+
+def the_key() -> None:
+    """One API key: the controller's file is the source (read above); the host gets a 0600 copy."""
+    volume.secret(
+        name="Ensure the host's API key matches the controller's, mode 0600",
+        path=paths.api_key,
+        what="API key",
+        content=file_content(key),
+        current_sha256=pod.files.get(paths.api_key),
+        sha256=key_digest(key),
+        current=pod.modes.get(paths.api_key),
+        owner=pod.owner,
+    )
 
 
 def managed(name, role):
@@ -122,158 +101,301 @@ def managed(name, role):
     )
 
 
-# 3. Every cache on the volume, through one env file the launch script sources.
-managed("Ensure the env file puts every cache on the volume", "env")
-
-# 4. One API key: the controller's file is the source (read above); the host gets a 0600 copy.
-volume.secret(
-    name="Ensure the host's API key matches the controller's, mode 0600",
-    path=paths.api_key,
-    what="API key",
-    content=file_content(key),
-    current_sha256=pod.files.get(paths.api_key),
-    sha256=key_digest(key),
-    current=pod.modes.get(paths.api_key),
-    owner=pod.owner,
-)
-
-# 5. The checkpoint: a clean hub cache, then the planned snapshot in it (fetched on the host).
-if hf_token:
-    volume.secret(
-        name="Ensure the host's Hugging Face token matches the controller's, mode 0600",
-        path=paths.hf_token,
-        what="Hugging Face token",
-        content=file_content(hf_token),
-        current_sha256=pod.files.get(paths.hf_token),
-        sha256=key_digest(hf_token),
-        current=pod.modes.get(paths.hf_token),
-        owner=pod.owner,
-    )
-checkpoint.cache_clean(
-    name="Ensure the hub cache holds no partial downloads, stale locks or broken links",
-    paths=paths,
-    problems=pod.cache_problems,
-    fetch_running=pod.fetch_running,
-)
-if launch.fetch:
-    checkpoint.fetched(
-        name=f"Ensure {launch.fetch.repo}@{launch.fetch.revision[:12]} is complete on the volume",
-        spec=launch.fetch,
-        paths=paths,
-        python=found.python if found else f"{paths.venv}/bin/python",
-        endpoint=os.environ.get("HF_ENDPOINT"),
-        deadline=settings.fetch_timeout,
-        complete=launch.fetched,
-        running=pod.fetch_running,
-        note=(pod.checkpoint or {}).get("ignored"),
-    )
-
-# 6. The launch script, 7. the edge (Caddy: only /v1 with the key, /health; TLS when clients come
-#    in directly), 8. the idle watcher, and 9. what keeps them running: supervisord, or systemd units.
-served = f"{launch.fetch.repo}@{launch.fetch.revision[:12]}" if launch.fetch else launch.model
-managed(f"Ensure the launch script serves {served} as {settings.served_model_name} on 127.0.0.1 only", "launch")
-managed("Ensure the edge script runs Caddy with the key from its file", "edge")
-managed(
-    f"Ensure the Caddyfile lets only /v1 with the key and /health through port {settings.edge_port}"
-    + (f" (TLS: {way.tls})" if way.tls != "off" else ""),
-    "caddyfile",
-)
-# 8. The idle watcher: after podkit_idle_stop_minutes without a request it stops the pod (RunPod)
-#    or the server (bare metal); at 0 it only keeps the idle time for podkit status.
-idle_what = "the pod" if host.data.get("runpod_pod_id") else "the server"
-managed("Ensure the idle watcher's program is current", "idle_script")
-managed(
-    f"Ensure the idle watcher stops {idle_what} after {settings.idle_stop_minutes} minute"
-    + ("s" if settings.idle_stop_minutes != 1 else "")
-    + " without a request"
-    if settings.idle_stop_minutes
-    else "Ensure the idle watcher keeps the idle time and stops nothing (podkit_idle_stop_minutes = 0)",
-    "idle_config",
-)
-managed("Ensure the volume records what the plan predicts, for podkit status to check against vLLM's log", "plan")
-sums = {f.path: f.sha256 for f in files.values()} | {paths.api_key: key_digest(key)}
-
-
 def changed(paths_read: list[str]) -> bool:
+    """Whether any of these files differs from what is on the host (a restart is due)."""
+    sums = {f.path: f.sha256 for f in files.values()} | {paths.api_key: key_digest(key)}
     return any(pod.files.get(path) != sums[path] for path in paths_read)
 
 
-# Restart what reads changed files (content: a mode put back changes nothing), or runs older files.
-restart_vllm = changed(managed_files(settings)) or installed.will_change or not pod.serving_current_files()
-restart_edge = changed(edge_files(settings)) or installed.will_change or not pod.edge_current_files()
-restart_idle = changed(idle_files(settings)) or installed.will_change
-supervisor.legacy_runner(
-    name="Ensure no runner from an older podkit holds the port",
-    runner_script=paths.legacy_runner_script,
-    pid=pod.legacy_runner,
-)
-supervisor.orphans(name="Ensure no vLLM engine outlives its server (stopped before any start)", found=pod.orphans)
-systemd = settings.supervisor == "systemd"
-units = {
-    UNIT_NAME: ("unit", UNIT_PATH, restart_vllm, pod.unit or Unit(UNIT_NAME)),
-    EDGE_UNIT_NAME: ("edge_unit", EDGE_UNIT_PATH, restart_edge, pod.edge_unit or Unit(EDGE_UNIT_NAME)),
-    IDLE_UNIT_NAME: ("idle_unit", IDLE_UNIT_PATH, restart_idle, pod.idle_unit or Unit(IDLE_UNIT_NAME)),
-}
-if systemd:
-    supervisor.supervisord_stopped(
-        name="Ensure no supervisord runs (systemd supervises vLLM and the edge)",
-        supervisorctl=f"{paths.venv}/bin/supervisorctl",
-        conf=paths.supervisord_conf,
-        pid=pod.supervisord_left,
+# A server host (every host but a router) converges 1-10; a router host converges 11-14 below. The
+# router comes last in this file so that its operations run after every replica's (pyinfra runs
+# operations in the order of their lines): in a fleet's first apply, each replica's edge CA is
+# pinned on the controller by its readiness step before the router host needs it.
+if settings.role == "server":
+    # 1. Read the host (GPUs, volume, installed vLLM, managed files and their modes, supervisor, server,
+    #    edge, orphaned engines) and take its deploy lock, in one command. Ctrl-C exits non-zero, saying what is left.
+    interrupt.exit_nonzero_on_interrupt()
+    pod = facts.pod_state(settings)
+    package, found = choose_vllm(settings, pod)
+
+    # Plan before spending: checkpoint (FP8 if it helps), context, TP, parsers, disk.
+    launch = plan_host(settings, pod, prefer_fp8=settings.prefer_fp8, resolve=lambda m: from_hub(m, token=hf_token))
+    preflight.checks(
+        name="Ensure the model, its context and its download fit this host before anything is installed",
+        problems=pod.lock_problems()
+        + host_problems(settings, pod, needs_install=found is None)
+        + edge_problems(way)
+        + launch.problems,
+        summary="; ".join(filter(None, [launch.summary(), pod.lock_note()])),
     )
-    for unit_name, (role, unit_path, restart, unit) in units.items():
-        managed(f"Ensure the volume holds the current {unit_name}", role)
-        installed_unit = supervisor.unit(
-            name=f"Ensure systemd has the current {unit_name} (daemon-reload when it changed)",
-            source=files[role].path,
-            path=unit_path,
-            current_sha256=pod.files.get(unit_path),
-            sha256=files[role].sha256,
-            as_root=pod.root,
+
+    # 2. The volume (made the SSH user's with sudo if it is missing or root's), its folders, and vLLM
+    #    (the system's if it matches, else a venv on the volume) with Caddy and supervisord in the venv.
+    the_volume()
+    tools = [settings.edge_package, settings.supervisor_package]
+    installed = vllm.venv(
+        name=f"Ensure {package} is installed ({paths.venv} unless the system has it), with Caddy and supervisord "
+        "in the venv and no package that breaks it",
+        package=package,
+        paths=paths,
+        found=found,
+        venv_python_ok=pod.venv.python_ok,
+        tools=tools,
+        missing_tools=pod.venv.missing_tools(tools),
+    )
+    files = host_files(
+        settings,
+        package=package,
+        vllm_bin=found.vllm_bin if found else f"{paths.venv}/bin/vllm",
+        launch=launch,
+        way=way,
+        user=pod.user,
+        group=pod.group,
+        host_name=host.name,
+        pod_id=host.data.get("runpod_pod_id"),
+    )
+
+    # 3. Every cache on the volume, through one env file the launch script sources.
+    managed("Ensure the env file puts every cache on the volume", "env")
+
+    # 4. One API key: the controller's file is the source (read above); the host gets a 0600 copy.
+    the_key()
+
+    # 5. The checkpoint: a clean hub cache, then the planned snapshot in it (fetched on the host).
+    if hf_token:
+        volume.secret(
+            name="Ensure the host's Hugging Face token matches the controller's, mode 0600",
+            path=paths.hf_token,
+            what="Hugging Face token",
+            content=file_content(hf_token),
+            current_sha256=pod.files.get(paths.hf_token),
+            sha256=key_digest(hf_token),
+            current=pod.modes.get(paths.hf_token),
+            owner=pod.owner,
         )
-        supervisor.unit_service(
-            name=f"Ensure {unit_name} is enabled and runs from the current files",
-            unit=unit_name,
-            enabled=unit.is_enabled,
-            up=unit.up,
-            restarted=restart or installed_unit.will_change,
-            as_root=pod.root,
+    checkpoint.cache_clean(
+        name="Ensure the hub cache holds no partial downloads, stale locks or broken links",
+        paths=paths,
+        problems=pod.cache_problems,
+        fetch_running=pod.fetch_running,
+    )
+    if launch.fetch:
+        checkpoint.fetched(
+            name=f"Ensure {launch.fetch.repo}@{launch.fetch.revision[:12]} is complete on the volume",
+            spec=launch.fetch,
+            paths=paths,
+            python=found.python if found else f"{paths.venv}/bin/python",
+            endpoint=os.environ.get("HF_ENDPOINT"),
+            deadline=settings.fetch_timeout,
+            complete=launch.fetched,
+            running=pod.fetch_running,
+            note=(pod.checkpoint or {}).get("ignored"),
         )
-    restarted = restart_vllm
-else:
-    # one supervisor at a time: units left from podkit_supervisor = "systemd" let go of the ports first
-    for unit_name, (_, _, _, unit) in units.items():
-        if unit.present:
+
+    # 6. The launch script, 7. the edge (Caddy: only /v1 with the key, /health; TLS when clients come
+    #    in directly), 8. the idle watcher, and 9. what keeps them running: supervisord, or systemd units.
+    served = f"{launch.fetch.repo}@{launch.fetch.revision[:12]}" if launch.fetch else launch.model
+    managed(f"Ensure the launch script serves {served} as {settings.served_model_name} on 127.0.0.1 only", "launch")
+    managed("Ensure the edge script runs Caddy with the key from its file", "edge")
+    managed(
+        f"Ensure the Caddyfile lets only /v1 with the key and /health through port {settings.edge_port}"
+        + (f" (TLS: {way.tls})" if way.tls != "off" else ""),
+        "caddyfile",
+    )
+    # 8. The idle watcher: after podkit_idle_stop_minutes without a request it stops the pod (RunPod)
+    #    or the server (bare metal); at 0 it only keeps the idle time for podkit status.
+    idle_what = "the pod" if host.data.get("runpod_pod_id") else "the server"
+    managed("Ensure the idle watcher's program is current", "idle_script")
+    managed(
+        f"Ensure the idle watcher stops {idle_what} after {settings.idle_stop_minutes} minute"
+        + ("s" if settings.idle_stop_minutes != 1 else "")
+        + " without a request"
+        if settings.idle_stop_minutes
+        else "Ensure the idle watcher keeps the idle time and stops nothing (podkit_idle_stop_minutes = 0)",
+        "idle_config",
+    )
+    managed("Ensure the volume records what the plan predicts, for podkit status to check against vLLM's log", "plan")
+
+    # Restart what reads changed files (content: a mode put back changes nothing), or runs older files.
+    restart_vllm = changed(managed_files(settings)) or installed.will_change or not pod.serving_current_files()
+    restart_edge = changed(edge_files(settings)) or installed.will_change or not pod.edge_current_files()
+    restart_idle = changed(idle_files(settings)) or installed.will_change
+    supervisor.legacy_runner(
+        name="Ensure no runner from an older podkit holds the port",
+        runner_script=paths.legacy_runner_script,
+        pid=pod.legacy_runner,
+    )
+    supervisor.orphans(name="Ensure no vLLM engine outlives its server (stopped before any start)", found=pod.orphans)
+    systemd = settings.supervisor == "systemd"
+    units = {
+        UNIT_NAME: ("unit", UNIT_PATH, restart_vllm, pod.unit or Unit(UNIT_NAME)),
+        EDGE_UNIT_NAME: ("edge_unit", EDGE_UNIT_PATH, restart_edge, pod.edge_unit or Unit(EDGE_UNIT_NAME)),
+        IDLE_UNIT_NAME: ("idle_unit", IDLE_UNIT_PATH, restart_idle, pod.idle_unit or Unit(IDLE_UNIT_NAME)),
+    }
+    if systemd:
+        supervisor.supervisord_stopped(
+            name="Ensure no supervisord runs (systemd supervises vLLM and the edge)",
+            supervisorctl=f"{paths.venv}/bin/supervisorctl",
+            conf=paths.supervisord_conf,
+            pid=pod.supervisord_left,
+        )
+        for unit_name, (role, unit_path, restart, unit) in units.items():
+            managed(f"Ensure the volume holds the current {unit_name}", role)
+            installed_unit = supervisor.unit(
+                name=f"Ensure systemd has the current {unit_name} (daemon-reload when it changed)",
+                source=files[role].path,
+                path=unit_path,
+                current_sha256=pod.files.get(unit_path),
+                sha256=files[role].sha256,
+                as_root=pod.root,
+            )
             supervisor.unit_service(
-                name=f"Ensure {unit_name} is stopped and disabled (supervisord supervises)",
+                name=f"Ensure {unit_name} is enabled and runs from the current files",
                 unit=unit_name,
                 enabled=unit.is_enabled,
                 up=unit.up,
-                present=False,
+                restarted=restart or installed_unit.will_change,
                 as_root=pod.root,
             )
-    conf = managed("Ensure supervisord's config runs vLLM, the edge and the idle watcher", "supervisord")
+        restarted = restart_vllm
+    else:
+        # one supervisor at a time: units left from podkit_supervisor = "systemd" let go of the ports first
+        for unit_name, (_, _, _, unit) in units.items():
+            if unit.present:
+                supervisor.unit_service(
+                    name=f"Ensure {unit_name} is stopped and disabled (supervisord supervises)",
+                    unit=unit_name,
+                    enabled=unit.is_enabled,
+                    up=unit.up,
+                    present=False,
+                    as_root=pod.root,
+                )
+        conf = managed("Ensure supervisord's config runs vLLM, the edge and the idle watcher", "supervisord")
+        running = pod.supervisor_pid is not None
+        supervisor.programs(
+            name="Ensure supervisord runs vLLM, the edge and the idle watcher from the current files",
+            config={**server_config(settings), "supervisord_log": paths.supervisord_log},
+            running=running,
+            programs=pod.programs,
+            reload=conf.will_change,
+            restart=[
+                name for name, due in (("vllm", restart_vllm), ("edge", restart_edge), ("idle", restart_idle)) if due
+            ],
+        )
+        restarted = restart_vllm or conf.will_change or not running
+
+    # 10. Readiness: vLLM answers on loopback and lists the served model (with the key), and the edge
+    #    answers /health; with TLS from Caddy's CA, its root certificate is pinned on the controller.
+    if way.tls == "internal" and pod.ca_root:
+        pin_ca(host.name, pod.ca_root)
+    vllm.endpoint(
+        name=f"Ensure vLLM answers and lists {settings.served_model_name} behind the edge on port {settings.edge_port}",
+        settings=settings,
+        ready=pod.ready(settings.served_model_name)
+        and pod.supervised(settings.supervisor)
+        and not restarted
+        and not restart_edge,
+        pin=way.tls == "internal" and not pod.ca_root,
+    )
+
+else:
+    interrupt.exit_nonzero_on_interrupt()
+    # 11. A router host: read it (one remote command), and check its replicas agree, before anything
+    #     is installed. Its replicas are the hosts of podkit_router_group, reached as clients reach them.
+    try:
+        members = [(member.name, member.data.dict()) for member in inventory.get_group(settings.router_group)]
+    except NoGroupError:
+        members = None
+    replicas = replicas_of(settings, members or [])
+    certificates = [r.ca for r in replicas if r.ca]
+    pod = facts.pod_state(settings, extra_files=[paths.replicas_file, *certificates])
+    tools = [settings.router_package, settings.edge_package, settings.supervisor_package]
+    missing_tools = pod.venv.missing_tools(tools)
+    try:
+        files = router_files(settings, replicas=replicas, way=way, host_name=host.name)
+        render_problems = []
+    except ValueError as bad:
+        files, render_problems = {}, [str(bad)]
+    preflight.checks(
+        name="Ensure the router's replicas are known and serve one model before anything is installed",
+        problems=pod.lock_problems()
+        + host_problems(settings, pod, needs_install=bool(missing_tools) or not pod.venv.python_ok)
+        + router_problems(settings, settings.router_group, replicas, found=members is not None)
+        + edge_problems(way)
+        + render_problems,
+        summary=f"router ({settings.router_policy}) in front of {len(replicas)} replica"
+        + ("s" if len(replicas) != 1 else "")
+        + f" of {settings.router_group}: "
+        + ", ".join(f"{r.name} ({r.way.base_url})" for r in replicas),
+    )
+
+# Every host: the point a router host waits for. pyinfra runs each host's operations in order and a
+# shared operation once every host that has it got there, so a router converges after every server
+# in this run is ready (a fleet's first apply pins each replica's edge CA on the controller first).
+router.after_servers(
+    name="Ensure every server in this run is ready before a router host converges",
+    role=settings.role,
+)
+
+if settings.role == "router":
+    # 12. The volume, its folders, and the router's tools in the venv: vllm-router, Caddy, supervisord.
+    the_volume(router=True)
+    installed = router.tools(
+        name=f"Ensure {', '.join(map(str, tools))} are installed in {paths.venv}",
+        paths=paths,
+        tools=tools,
+        missing=missing_tools,
+        venv_python_ok=pod.venv.python_ok,
+    )
+
+    # 13. The key, the router's launch script, the edge (the front for clients, and one loopback hop
+    #     per replica to its edge), each replica's pinned CA, and supervisord running both programs.
+    the_key()
+    managed("Ensure the env file puts every cache on the volume", "env")
+    managed(f"Ensure the volume lists the {len(replicas)} replicas, for verify and status", "replicas")
+    managed(
+        f"Ensure the launch script runs vLLM's router ({settings.router_policy}) in front of "
+        f"{len(replicas)} replicas on 127.0.0.1 only",
+        "launch",
+    )
+    managed("Ensure the edge script runs Caddy with the key from its file", "edge")
+    managed(
+        f"Ensure the Caddyfile lets only /v1 with the key and /health through port {settings.edge_port}, "
+        "and carries the router's requests to each replica's edge",
+        "caddyfile",
+    )
+    certified = router.replica_certificates(
+        name="Ensure the router host trusts exactly each replica's pinned edge CA",
+        replicas=replicas,
+        current={path: pod.files.get(path) for path in certificates},
+    )
+
+    restart_router = changed(managed_files(settings)) or installed.will_change or not pod.serving_current_files()
+    restart_edge = (
+        changed(edge_files(settings)) or installed.will_change or certified.will_change or not pod.edge_current_files()
+    )
+    conf = managed("Ensure supervisord's config runs the router and the edge", "supervisord")
     running = pod.supervisor_pid is not None
     supervisor.programs(
-        name="Ensure supervisord runs vLLM, the edge and the idle watcher from the current files",
+        name="Ensure supervisord runs the router and the edge from the current files",
         config={**server_config(settings), "supervisord_log": paths.supervisord_log},
         running=running,
         programs=pod.programs,
         reload=conf.will_change,
-        restart=[name for name, due in (("vllm", restart_vllm), ("edge", restart_edge), ("idle", restart_idle)) if due],
+        restart=[name for name, due in (("router", restart_router), ("edge", restart_edge)) if due],
+        names=ROUTER_PROGRAMS,
     )
-    restarted = restart_vllm or conf.will_change or not running
 
-# 10. Readiness: vLLM answers on loopback and lists the served model (with the key), and the edge
-#    answers /health; with TLS from Caddy's CA, its root certificate is pinned on the controller.
-if way.tls == "internal" and pod.ca_root:
-    pin_ca(host.name, pod.ca_root)
-vllm.endpoint(
-    name=f"Ensure vLLM answers and lists {settings.served_model_name} behind the edge on port {settings.edge_port}",
-    settings=settings,
-    ready=pod.ready(settings.served_model_name)
-    and pod.supervised(settings.supervisor)
-    and not restarted
-    and not restart_edge,
-    pin=way.tls == "internal" and not pod.ca_root,
-)
+    # 14. Readiness: the router answers on loopback and lists the model (asked of a replica, with the
+    #     key), and the edge answers /health.
+    if way.tls == "internal" and pod.ca_root:
+        pin_ca(host.name, pod.ca_root)
+    vllm.endpoint(
+        name=f"Ensure the router answers and lists {settings.served_model_name} behind the edge on port "
+        f"{settings.edge_port}",
+        settings=settings,
+        ready=pod.ready(settings.served_model_name)
+        and pod.supervised(settings.supervisor, ROUTER_PROGRAMS)
+        and not (restart_router or restart_edge or conf.will_change or not running),
+        pin=way.tls == "internal" and not pod.ca_root,
+    )

@@ -65,10 +65,11 @@ def controller() -> dict[str, object]:
     return {"host": socket.gethostname(), "pid": os.getpid(), "user": user}
 
 
-def pod_state(settings: Settings) -> HostState:
-    """The probe's answer for the current host, read once per run (and the deploy lock, taken)."""
+def pod_state(settings: Settings, extra_files: list[str] = ()) -> HostState:
+    """The probe's answer for the current host, read once per run (and the deploy lock, taken).
+    ``extra_files``: more files to sum (a router host's copies of its replicas' CA certificates)."""
     key = (id(state), host.name)
     if key not in _SNAPSHOTS:
-        config = json.dumps(probe_config(settings, controller=controller()), sort_keys=True)
+        config = json.dumps(probe_config(settings, controller=controller(), extra_files=extra_files), sort_keys=True)
         _SNAPSHOTS[key] = host.get_fact(PodState, config=config)
     return _SNAPSHOTS[key]

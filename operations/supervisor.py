@@ -37,6 +37,7 @@ def programs(
     programs: dict[str, str],
     reload: bool = False,
     restart: list[str] = (),
+    names: tuple[str, ...] = PROGRAMS,
 ):
     """
     Ensure supervisord runs vLLM and the edge from the current files, restarting only what changed.
@@ -51,6 +52,7 @@ def programs(
     + programs: the probe's ``{program: state}``
     + reload: supervisord.conf changed: stop supervisord and its programs, start it again
     + restart: programs whose files changed (``vllm``, ``edge``, ``idle``)
+    + names: the programs the config runs (a router host: ``router``, ``edge``)
 
     **Example:**
 
@@ -61,9 +63,10 @@ def programs(
             config=cfg, running=True, programs={"vllm": "RUNNING", "edge": "RUNNING"}, restart=["vllm"],
         )
     """
-    stopped = [name for name in PROGRAMS if programs.get(name) not in ("RUNNING", "STARTING", "BACKOFF")]
+    stopped = [name for name in names if programs.get(name) not in ("RUNNING", "STARTING", "BACKOFF")]
     if running and not reload and not restart and not stopped:
-        host.noop("supervisord runs vLLM, the edge and the idle watcher from the current files")
+        what = "vLLM, the edge and the idle watcher" if names == PROGRAMS else " and ".join(names)
+        host.noop(f"supervisord runs {what} from the current files")
         return
     yield FunctionCommand(_supervise, ({**config, "reload": bool(running and reload), "restart": list(restart)},), {})
 

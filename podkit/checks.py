@@ -154,6 +154,19 @@ def served_name(value: Any, key: str) -> str | None:
     return text(value, key) if value else None
 
 
+_GROUP = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
+def optional_group(value: Any, key: str) -> str | None:
+    """An inventory group's name (a Python inventory's list name, or a group_data file's)."""
+    if not value:
+        return None
+    name = text(value, key)
+    if not _GROUP.fullmatch(name):
+        raise SettingsError(f"{key} must name an inventory group (letters, digits, _ and -), got {value!r}")
+    return name
+
+
 def optional_url(value: Any, key: str) -> str | None:
     if not value:
         return None

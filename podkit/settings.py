@@ -39,6 +39,10 @@ _PREFIXES = ("podkit_", "vllm_")
 _KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16")
 SUPERVISORS = ("supervisord", "systemd")
 TLS_MODES = ("auto", "internal", "off")
+ROLES = ("server", "router")
+# vllm-router's policies (vllm-router 0.1.17 --help), less kv_aware, which needs KV events from
+# every replica over ZMQ (a port podkit does not open between hosts).
+ROUTER_POLICIES = ("cache_aware", "consistent_hash", "round_robin", "power_of_two", "random", "sticky_least_loaded")
 # The systemd units podkit installs when podkit_supervisor is "systemd" (one server per host).
 UNIT_NAME = "podkit-vllm.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
@@ -209,6 +213,33 @@ SETTINGS: tuple[Setting, ...] = (
         checks.optional_price,
         "what a bare-metal host costs per hour, for `podkit status`'s spend (RunPod pods report their own)",
     ),
+    # --- A fleet: replicas behind one endpoint ---
+    # A router host runs vLLM's router (PyPI vllm-router, in its venv) behind the same edge as a
+    # replica, and no vLLM. Its workers are the hosts of the inventory group podkit_router_group,
+    # reached the way a client reaches them (their own edge, the key, TLS against their pinned CAs).
+    Setting(
+        "podkit_role",
+        "server",
+        checks.choice(ROLES),
+        "`server` (vLLM behind the edge) or `router` (vLLM's router behind the edge, in front of the "
+        "hosts of `podkit_router_group`; no GPU needed)",
+    ),
+    Setting(
+        "podkit_router_group",
+        None,
+        checks.optional_group,
+        "a router's replicas: the name of an inventory group whose hosts serve the same model",
+    ),
+    # Measured in the README ("A fleet behind one endpoint"): cache_aware keeps an agent's session on
+    # the replica that holds its prefix, with or without a session header.
+    Setting(
+        "podkit_router_policy",
+        "cache_aware",
+        checks.choice(ROUTER_POLICIES),
+        "how the router picks a replica: `cache_aware` (the replica holding the longest shared prefix, "
+        "unless load is uneven), `consistent_hash` (by the `X-Session-ID` header), `round_robin`, ...",
+    ),
+    Setting("podkit_router_package", "vllm-router==0.1.17", checks.pip_spec, "pinned pip spec of vLLM's router"),
     # --- What is served, and how ---
     # A folder on the host needs a config.json.
     Setting(
@@ -341,6 +372,15 @@ class Paths:
     idle_unit_copy = property(lambda self: self._at("bin", IDLE_UNIT_NAME))
     # what the deploy predicted for the server it started: podkit status puts it beside vLLM's log
     plan_file = property(lambda self: self._at("bin", "plan.json"))
+    # a router host: vLLM's router in vLLM's place, and each replica's edge CA certificate (public)
+    router_script = property(lambda self: self._at("bin", "router.sh"))
+    router_log = property(lambda self: self._at("logs", "router.log"))
+    replicas_file = property(lambda self: self._at("bin", "replicas.json"))  # which loopback hop is which replica
+    replicas_dir = property(lambda self: self._at("replicas"))
+
+    def replica_ca(self, name: str) -> str:
+        """Where a router host keeps replica ``name``'s edge CA root certificate."""
+        return posixpath.join(self.replicas_dir, f"{name}.crt")
 
     @property
     def hub_cache(self) -> str:
@@ -365,9 +405,11 @@ class Paths:
             "TMPDIR": self.tmp,
         }
 
-    def directories(self) -> dict[str, str]:
-        """Every folder the deploy creates, with its mode."""
+    def directories(self, router: bool = False) -> dict[str, str]:
+        """Every folder the deploy creates, with its mode (a router host's: with its replicas' CAs')."""
         dirs = {self.root: "755", self.bin: "755", self.run: "755", self.logs: "755", self.tmp: "700"}
+        if router:
+            dirs[self.replicas_dir] = "755"
         dirs[self.secrets] = "700"
         dirs[self.edge_data] = "700"
         for path in sorted(set(self.cache_env().values()) - {self.tmp}):
@@ -411,6 +453,11 @@ class Settings:
             raise SettingsError(
                 f"vllm_port and podkit_edge_port are both {values['port']}: vLLM listens on 127.0.0.1:vllm_port "
                 "behind the edge, which owns podkit_edge_port; give them different ports (defaults 8001 and 8000)"
+            )
+        if values["role"] == "router" and not values["router_group"]:
+            raise SettingsError(
+                "podkit_role is 'router' but podkit_router_group is not set: name the inventory group whose "
+                "hosts are the router's replicas"
             )
         return cls(**values)
 

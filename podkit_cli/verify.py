@@ -50,7 +50,8 @@ def verify(inventory, host_names, as_json, timeout):
 
     def check(t):
         server = lambda: describe(t.name, t.settings, t.run, leaks=True)  # noqa: E731
-        return Verifier(t.url, t.key, t.model, timeout, server=server, ca_file=t.ca_file).run()
+        router = t.settings is not None and t.settings.role == "router"
+        return Verifier(t.url, t.key, t.model, timeout, server=server, ca_file=t.ca_file, router=router).run()
 
     targets = load_targets(inventory, host_names)
     reports = list(zip([t.name for t in targets], each_host(check, targets)))

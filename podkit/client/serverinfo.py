@@ -53,6 +53,8 @@ class ServerInfo:
     vllm_listens: list[dict[str, Any]] | None = None
     #: the paths the running vLLM serves, from its own /openapi.json on loopback (verify only)
     routes: list[str] | None = None
+    #: a router host: {"policy", "workers": [{"name", "url", "healthy"}]} or {"policy", "error"}
+    router: dict[str, Any] | None = None
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -71,19 +73,21 @@ class ServerInfo:
 
 def describe_config(settings: Settings, leaks: bool = False) -> dict[str, Any]:
     paths = settings.paths
+    router = settings.role == "router"
     written = managed_files(settings) + edge_files(settings) + supervision_files(settings)
     return {
         **server_config(settings),
         "venv": paths.venv,
         "record": paths.checkpoint_record,
         "log_file": paths.log_file,
-        # every log podkit's programs write (vLLM, Caddy, supervisord), with their rotated copies
-        "logs": [paths.log_file, paths.edge_log, paths.supervisord_log],
+        # every log podkit's programs write (vLLM or the router, Caddy, supervisord), with their rotated copies
+        "logs": [paths.router_log if router else paths.log_file, paths.edge_log, paths.supervisord_log],
         "scripts": sorted({f for f in written if f != paths.api_key}),
         # what Caddy writes (its CA, certificates, locks): the key must be in none of it
         "folders": [paths.edge_data],
         "leaks": leaks,
-        "routes": leaks,  # verify's edge check: what vLLM serves beside /v1
+        "routes": leaks and not router,  # verify's edge check: what vLLM serves beside /v1
+        **({"replicas_file": paths.replicas_file} if router else {}),
     }
 
 
@@ -116,6 +120,7 @@ def parse_describe(host: str, settings: Settings, output: str) -> ServerInfo:
         orphans=data.get("orphans") or [],
         vllm_listens=data.get("vllm_listens"),
         routes=data.get("routes"),
+        router=data.get("router"),
     )
     if not info.running:
         info.error = f"no vLLM server runs under {settings.supervisor} on this host"

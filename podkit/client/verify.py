@@ -175,11 +175,14 @@ class Verifier:
         timeout: float = 60.0,
         server: Callable[[], ServerInfo] | None = None,
         ca_file: str | None = None,
+        router: bool = False,
     ) -> None:
         """``server`` reads the host (``podkit.client.serverinfo.describe``): who holds the port (the
         key is sent only to podkit's server), the key checks and the running parser; without it
-        only the HTTP checks run, and nothing vets the port before the key is sent."""
+        only the HTTP checks run, and nothing vets the port before the key is sent. ``router``: the
+        host is a router host (its replicas are checked instead of vLLM's /metrics)."""
         self.api = VllmApi(base_url, api_key, model, timeout, ca_file=ca_file)
+        self.router = router
         self.base_url, self.model, self.client = self.api.base_url, model, self.api.openai
         self.server = server
         self._host = None
@@ -265,6 +268,23 @@ class Verifier:
                 return True, f"vllm:kv_cache_usage_perc {float(line.rsplit(' ', 1)[1]):.3f}", Outcome.OK
         return False, "/metrics has no vllm:kv_cache_usage_perc", Outcome.ERROR
 
+    def replicas(self) -> tuple[bool, str, Outcome]:
+        """A router host: its router has at least one replica in (its own health checks), and
+        names each replica that is out."""
+        info = self.host_info()
+        router = (info.router if info else None) or {}
+        if router.get("error") or not router.get("workers"):
+            return False, router.get("error") or "the router lists no replica", Outcome.ERROR
+        workers = router["workers"]
+        inside = [w["name"] for w in workers if w["healthy"]]
+        out = [w["name"] for w in workers if not w["healthy"]]
+        detail = f"{len(inside)} of {len(workers)} replicas in ({router.get('policy')})"
+        if out:
+            detail += f"; out: {', '.join(out)} (its /health fails: see podkit verify INVENTORY --host NAME)"
+        if not inside:
+            return False, detail, Outcome.UNREACHABLE
+        return True, detail, Outcome.OK
+
     def tool_auto(self) -> tuple[bool, str, Outcome]:
         try:
             reply = self.client.chat.completions.create(
@@ -332,12 +352,16 @@ class Verifier:
         """Through the address a client uses and without the key, every route the running vLLM
         serves beside ``/v1`` (its own ``/openapi.json``, read on the host) is refused, only
         ``/health`` answers; and vLLM's processes listen on loopback only."""
-        if info.routes is None:
+        if info.router is not None:  # vLLM's router publishes no route list: its own, from its binary
+            routes = sorted(ROUTER_ROUTES)
+        elif info.routes is None:
             return False, "could not read the running vLLM's /openapi.json on the host", Outcome.ERROR
+        else:
+            routes = sorted({r for r in info.routes if not r.startswith("/v1/")} | FASTAPI_ROUTES)
         wide = [f"{a['address']}:{a['port']}" for a in info.vllm_listens or [] if not is_loopback(a["address"])]
         if wide:
-            return False, f"vLLM listens on {', '.join(wide)}: clients can bypass the edge", Outcome.EXPOSED
-        routes = sorted({r for r in info.routes if not r.startswith("/v1/")} | FASTAPI_ROUTES)
+            what = "the router" if info.router is not None else "vLLM"
+            return False, f"{what} listens on {', '.join(wide)}: clients can bypass the edge", Outcome.EXPOSED
         answered = []
         for route in routes:
             if route == "/health":
@@ -373,7 +397,7 @@ class Verifier:
             ("models", self.models, True),
             ("chat", self.chat, True),
             ("stream", self.stream, True),
-            ("metrics", self.metrics, True),
+            ("replicas", self.replicas, True) if self.router else ("metrics", self.metrics, True),
             ("tool call (auto)", self.tool_auto, True),
             ("tool call (named, strict)", self.tool_named, True),
         ]
@@ -436,6 +460,26 @@ class Verifier:
 
 # FastAPI's own pages, which its /openapi.json does not list
 FASTAPI_ROUTES = {"/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect"}
+# vLLM's router (vllm-router 0.1.17) serves these beside /v1 and lists them nowhere: read from its
+# binary's route table (strings of vllm_router_rs.abi3.so); its admin routes change the worker list
+ROUTER_ROUTES = {
+    "/add_worker",
+    "/remove_worker",
+    "/list_workers",
+    "/workers",
+    "/flush_cache",
+    "/get_server_info",
+    "/get_model_info",
+    "/generate",
+    "/health_generate",
+    "/invocations",
+    "/rerank",
+    "/pooling",
+    "/tokenize",
+    "/detokenize",
+    "/version",
+    "/metrics",
+}
 
 
 def _error_text(exc: openai.APIStatusError) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 #: What launch.sh logs before each start of the server (templates/launch.sh.j2), and what podkit's
 #: own runner logged before supervisord (a log from then)
-START_MARKERS = ("podkit: starting vLLM", "podkit-runner: starting vLLM")
+START_MARKERS = ("podkit: starting vLLM", "podkit-runner: starting vLLM", "podkit: starting the router")
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,14 @@ from podkit.settings import (
 )
 
 _HEREDOC = "PODKIT_PODCTL_EOF"
-# what supervisord runs: the server, the edge, the idle watcher
+# what supervisord runs: the server, the edge, the idle watcher; on a router host, the router and the edge
 PROGRAMS = ("vllm", "edge", "idle")
+ROUTER_PROGRAMS = ("router", "edge")
+
+
+def programs_for(settings: Settings) -> tuple[str, ...]:
+    """The programs supervisord runs on this host."""
+    return ROUTER_PROGRAMS if settings.role == "router" else PROGRAMS
 
 
 class ProbeError(RuntimeError):
@@ -63,6 +69,9 @@ def server_config(settings: Settings, tls: bool = False) -> dict[str, Any]:
     return {
         "host": "127.0.0.1",
         "port": settings.port,
+        "program": programs_for(settings)[0],  # what serves on port: vLLM, or on a router host the router
+        # a router's /health fails while any replica is out; it serves while one is in (/readiness)
+        **({"health_path": "/readiness"} if settings.role == "router" else {}),
         "edge": {"port": settings.edge_port, "tls": tls},
         "key_file": paths.api_key,
         "run_dir": paths.run,
@@ -81,9 +90,12 @@ def server_config(settings: Settings, tls: bool = False) -> dict[str, Any]:
     }
 
 
-def probe_config(settings: Settings, controller: dict[str, Any] | None = None) -> dict[str, Any]:
+def probe_config(
+    settings: Settings, controller: dict[str, Any] | None = None, extra_files: list[str] = ()
+) -> dict[str, Any]:
     """What ``podctl probe`` reads. With ``controller`` (the deploy's host name, pid and user) the
-    probe also takes the deploy lock on the volume for this run (see podctl's ``deploy_lock``)."""
+    probe also takes the deploy lock on the volume for this run (see podctl's ``deploy_lock``).
+    ``extra_files`` are summed too (a router host's copies of its replicas' CA certificates)."""
     paths = settings.paths
     model = settings.model
     local = model.startswith("/")
@@ -103,8 +115,9 @@ def probe_config(settings: Settings, controller: dict[str, Any] | None = None) -
         + edge_files(settings)[:2]
         + idle_files(settings)
         + [paths.plan_file, paths.hf_token]
-        + supervision_files(settings),
-        "dirs": sorted(paths.directories()),
+        + supervision_files(settings)
+        + list(extra_files),
+        "dirs": sorted(paths.directories(router=settings.role == "router")),
         "model_dir": model if local else None,
     }
 
@@ -379,13 +392,13 @@ class HostState:
         """One line per orphaned vLLM engine: pid, the memory it holds, and the fix."""
         return [orphan_line(orphan) for orphan in self.orphans]
 
-    def supervised(self, supervisor: str) -> bool:
+    def supervised(self, supervisor: str, programs: tuple[str, ...] = PROGRAMS) -> bool:
         """The chosen supervisor is up (supervisord's process, or the units starting or active)
         and runs every program, vLLM, the edge and the idle watcher (none FATAL or stopped)."""
         if supervisor == "systemd":
             return all(unit is not None and unit.up for unit in (self.unit, self.edge_unit, self.idle_unit))
         return self.supervisor_pid is not None and all(
-            self.programs.get(name) in ("RUNNING", "STARTING", "BACKOFF") for name in PROGRAMS
+            self.programs.get(name) in ("RUNNING", "STARTING", "BACKOFF") for name in programs
         )
 
 

@@ -27,7 +27,7 @@ def wait_config(settings: Settings, window: float) -> dict:
     return {
         **server_config(settings),
         "served_model_name": settings.served_model_name,
-        "log_file": settings.paths.log_file,
+        "log_file": settings.paths.router_log if settings.role == "router" else settings.paths.log_file,
         "window": window,
         "crash_limit": CRASH_LIMIT,
         "tail_lines": 200,  # vLLM prints the root cause far above its last lines

@@ -45,6 +45,7 @@ import jinja2
 from podkit import PROJECT_ROOT
 from podkit.client.targets import WayIn, host_address
 from podkit.host.probe import edge_files, managed_files
+from podkit.host.router import Replica, router_argv
 from podkit.host.startup import plan_record
 from podkit.plan.hostplan import HostPlan
 from podkit.settings import UNIT_NAME, PackageSpec, Settings
@@ -81,7 +82,16 @@ def _environment(templates: Path) -> jinja2.Environment:
     env.filters["supervisor_value"] = supervisor_value
     env.filters["supervisor_command"] = supervisor_command
     env.filters["caddy_text"] = caddy_text
+    env.filters["caddy_path"] = caddy_path
     return env
+
+
+def caddy_path(value: str) -> str:
+    """A file path in a Caddyfile (a replica's pinned CA): refused unless it is one token of
+    letters, digits and ``_./-``, which Caddy reads as it is."""
+    if not re.fullmatch(r"/[A-Za-z0-9_./-]+", str(value)):
+        raise ValueError(f"{str(value)!r} cannot be written in a Caddyfile: use a volume path of letters, digits, _./-")
+    return str(value)
 
 
 def caddy_text(value: str) -> str:
@@ -218,16 +228,104 @@ def serve_argv(settings: Settings, vllm_bin: str, launch: HostPlan) -> list[str]
     return argv + list(launch.extra_args) + list(settings.extra_args)
 
 
-def argv_groups(argv: list[str]) -> list[list[str]]:
-    """Argv grouped for reading, one group a line: the program, subcommand and model, then each
-    option with its values. The template quotes every word."""
-    groups = [list(argv[:3])]
-    for index in range(3, len(argv)):
-        if argv[index].startswith("--") or index == 3:
+def argv_groups(argv: list[str], head: int = 3) -> list[list[str]]:
+    """Argv grouped for reading, one group a line: the first ``head`` words (the program,
+    subcommand and model), then each option with its values. The template quotes every word."""
+    groups = [list(argv[:head])]
+    for index in range(head, len(argv)):
+        if argv[index].startswith("--") or index == head:
             groups.append([argv[index]])
         else:
             groups[-1].append(argv[index])
     return groups
+
+
+class _Renderer:
+    """Renders templates for one host: the files a server host and a router host share (the launch
+    script, the edge's script and Caddyfile, supervisord's config) are written once, here."""
+
+    def __init__(self, settings: Settings, templates: Path) -> None:
+        self.settings, self.paths = settings, settings.paths
+        self.env = _environment(templates)
+        self.bin = f"{self.paths.venv}/bin"
+
+    def file(self, path: str, template: str, mode: str, **values) -> RenderedFile:
+        return RenderedFile(path, self.env.get_template(template).render(**values), mode)
+
+    def launch(self, argv: list[str], package: str, router: bool) -> RenderedFile:
+        s, paths = self.settings, self.paths
+        return self.file(
+            paths.launch_script,
+            "launch.sh.j2",
+            "755",
+            router=router,
+            what="the router" if router else "vLLM",
+            served_model_name=s.served_model_name,
+            package=package,
+            port=s.port,
+            supervisor=s.supervisor,
+            run_dir=paths.run,
+            env_file=paths.env_file,
+            key_file=paths.api_key,
+            stopped_marker=paths.stopped_marker,
+            summed=managed_files(s),
+            argv_groups=argv_groups(argv, head=1 if router else 3),
+        )
+
+    def edge(self) -> RenderedFile:
+        s, paths = self.settings, self.paths
+        return self.file(
+            paths.edge_script,
+            "edge.sh.j2",
+            "755",
+            edge_port=s.edge_port,
+            caddyfile=paths.caddyfile,
+            run_dir=paths.run,
+            edge_data=paths.edge_data,
+            key_file=paths.api_key,
+            summed=edge_files(s),
+            caddy=f"{self.bin}/caddy",
+        )
+
+    def caddyfile(self, way: WayIn, host_name: str, hops: list[dict]) -> RenderedFile:
+        s = self.settings
+        edge = edge_sites(s, way)
+        return self.file(
+            self.paths.caddyfile,
+            "Caddyfile.j2",
+            "644",
+            served_model_name=s.served_model_name,
+            upstream_port=s.port,
+            sites=edge.sites,
+            bind=edge.bind,
+            default_sni=edge.default_sni,
+            tls=edge.tls,
+            host_name=host_name,
+            hops=hops,
+        )
+
+    def supervisord(self, programs: list[dict]) -> RenderedFile:
+        s, paths = self.settings, self.paths
+        return self.file(
+            paths.supervisord_conf,
+            "supervisord.conf.j2",
+            "644",
+            conf=paths.supervisord_conf,
+            supervisorctl=f"{self.bin}/supervisorctl",
+            socket=paths.supervisor_socket,
+            supervisord_log=paths.supervisord_log,
+            pidfile=paths.supervisord_pid,
+            root=paths.root,
+            logs=paths.logs,
+            start_retries=s.start_retries,
+            start_seconds=START_SECONDS,
+            log_max_bytes=s.log_max_bytes,
+            log_keep=s.log_keep,
+            programs=programs,
+        )
+
+    def program(self, name: str, command: list[str], log: str, start: int, stop: int) -> dict:
+        return {"name": name, "command": command, "start_seconds": start, "stop_seconds": stop, "log": log}
 
 
 def host_files(
@@ -248,57 +346,15 @@ def host_files(
     ``supervisord.conf``, or with ``podkit_supervisor = "systemd"`` three units (run as
     ``user``:``group``, the SSH user's). ``pod_id``: the RunPod pod the host is (the watcher
     stops the pod, not the server)."""
-    env = _environment(templates)
-    paths = settings.paths
-
-    def rendered(path: str, template: str, mode: str, **values) -> RenderedFile:
-        return RenderedFile(path, env.get_template(template).render(**values), mode)
-
-    supervisor_bin = f"{paths.venv}/bin"
+    r = _Renderer(settings, templates)
+    paths, rendered = settings.paths, r.file
     # the server reads only what is on the volume: a restart never touches the network
     server_env = {**paths.cache_env(), "HF_HUB_OFFLINE": "1", **settings.extra_env}
-    edge = edge_sites(settings, way)
     files = {
         "env": rendered(paths.env_file, "env.sh.j2", "644", env=server_env),
-        "launch": rendered(
-            paths.launch_script,
-            "launch.sh.j2",
-            "755",
-            served_model_name=settings.served_model_name,
-            package=str(package),
-            port=settings.port,
-            supervisor=settings.supervisor,
-            run_dir=paths.run,
-            env_file=paths.env_file,
-            key_file=paths.api_key,
-            stopped_marker=paths.stopped_marker,
-            summed=managed_files(settings),
-            argv_groups=argv_groups(serve_argv(settings, vllm_bin, launch)),
-        ),
-        "edge": rendered(
-            paths.edge_script,
-            "edge.sh.j2",
-            "755",
-            edge_port=settings.edge_port,
-            caddyfile=paths.caddyfile,
-            run_dir=paths.run,
-            edge_data=paths.edge_data,
-            key_file=paths.api_key,
-            summed=edge_files(settings),
-            caddy=f"{supervisor_bin}/caddy",
-        ),
-        "caddyfile": rendered(
-            paths.caddyfile,
-            "Caddyfile.j2",
-            "644",
-            served_model_name=settings.served_model_name,
-            upstream_port=settings.port,
-            sites=edge.sites,
-            bind=edge.bind,
-            default_sni=edge.default_sni,
-            tls=edge.tls,
-            host_name=host_name,
-        ),
+        "launch": r.launch(serve_argv(settings, vllm_bin, launch), str(package), router=False),
+        "edge": r.edge(),
+        "caddyfile": r.caddyfile(way, host_name, hops=[]),
         "idle_script": RenderedFile(paths.idle_script, idle_source(), "644"),
         "idle_config": RenderedFile(paths.idle_config, idle_config(settings, host_name, pod_id), "644"),
         "plan": RenderedFile(
@@ -342,44 +398,13 @@ def host_files(
             **common,
         )
         return files
-    files["supervisord"] = rendered(
-        paths.supervisord_conf,
-        "supervisord.conf.j2",
-        "644",
-        conf=paths.supervisord_conf,
-        supervisorctl=f"{supervisor_bin}/supervisorctl",
-        socket=paths.supervisor_socket,
-        supervisord_log=paths.supervisord_log,
-        pidfile=paths.supervisord_pid,
-        root=paths.root,
-        logs=paths.logs,
-        start_retries=settings.start_retries,
-        start_seconds=START_SECONDS,
-        log_max_bytes=settings.log_max_bytes,
-        log_keep=settings.log_keep,
-        programs=[
-            {
-                "name": "vllm",
-                "command": [paths.launch_script],
-                "start_seconds": START_SECONDS,
-                "stop_seconds": 70,  # the launch script's own 60 s for vLLM plus 10 s for its group
-                "log": paths.log_file,
-            },
-            {
-                "name": "edge",
-                "command": [paths.edge_script],
-                "start_seconds": 2,
-                "stop_seconds": 10,
-                "log": paths.edge_log,
-            },
-            {
-                "name": "idle",
-                "command": [python, paths.idle_script, paths.idle_config],
-                "start_seconds": 2,
-                "stop_seconds": 5,
-                "log": paths.idle_log,
-            },
-        ],
+    files["supervisord"] = r.supervisord(
+        [
+            # stop: the launch script's own 60 s for vLLM plus 10 s for its group
+            r.program("vllm", [paths.launch_script], paths.log_file, START_SECONDS, 70),
+            r.program("edge", [paths.edge_script], paths.edge_log, 2, 10),
+            r.program("idle", [python, paths.idle_script, paths.idle_config], paths.idle_log, 2, 5),
+        ]
     )
     return files
 
@@ -418,3 +443,55 @@ IDLE_POLL_SECONDS = 5
 
 # A program that exits sooner than this after its start counts as a failed start (retried with back-off).
 START_SECONDS = 10
+
+
+def hop_upstream(replica: Replica) -> str:
+    """Where the router host's edge forwards replica ``replica``'s hop: its base URL, with a host
+    that is an IP address or a DNS name (checked, so a datum cannot add a directive)."""
+    scheme, _, rest = replica.way.base_url.partition("://")
+    authority = rest.split("/", 1)[0]
+    if "/" in rest.strip("/"):
+        raise ValueError(
+            f"replica {replica.name}: its URL {replica.way.base_url} has a path, which the router's edge cannot "
+            "forward to: give it a base URL of scheme, host and port"
+        )
+    host, _, port = authority.rpartition(":") if authority.count(":") == 1 or "]" in authority else (authority, "", "")
+    if host_address(host or authority) is None or (port and not port.isdigit()) or scheme not in ("http", "https"):
+        raise ValueError(f"replica {replica.name}: {replica.way.base_url} is not an http(s) URL of a host and port")
+    return f"{scheme}://{authority}"
+
+
+def router_files(
+    settings: Settings,
+    *,
+    replicas: list[Replica],
+    way: WayIn,
+    templates: Path = TEMPLATES,
+    host_name: str = "",
+) -> dict[str, RenderedFile]:
+    """Every file podkit writes on a router host: the env file, the router's launch script, the
+    edge's script and Caddyfile (the front for clients, plus one loopback hop per replica), and
+    supervisord's config (the router and the edge)."""
+    r = _Renderer(settings, templates)
+    paths = settings.paths
+    hops = [
+        {"name": rep.name, "port": rep.hop_port, "upstream": hop_upstream(rep), "ca": rep.ca, "via": rep.way.kind}
+        for rep in replicas
+    ]
+    roster = {
+        "policy": settings.router_policy,
+        "replicas": [{"name": rep.name, "worker": rep.hop_url, "url": rep.way.base_url} for rep in replicas],
+    }
+    return {
+        "replicas": RenderedFile(paths.replicas_file, json.dumps(roster, indent=1, sort_keys=True) + "\n", "644"),
+        "env": r.file(paths.env_file, "env.sh.j2", "644", env={**paths.cache_env(), **settings.extra_env}),
+        "launch": r.launch(router_argv(settings, replicas, f"{r.bin}/vllm-router"), str(settings.router_package), True),
+        "edge": r.edge(),
+        "caddyfile": r.caddyfile(way, host_name, hops),
+        "supervisord": r.supervisord(
+            [
+                r.program("router", [paths.launch_script], paths.router_log, 2, 20),
+                r.program("edge", [paths.edge_script], paths.edge_log, 2, 10),
+            ]
+        ),
+    }

