@@ -75,6 +75,13 @@ class Host:
         if self._host is not None and self._host.connected:
             self._host.disconnect()
 
+    def group(self, name: str) -> list[tuple[str, dict[str, Any], Any]]:
+        """The hosts of inventory group ``name`` (a router's replicas): ``(name, data, pyinfra host)``
+        each, in the inventory's order; empty when the inventory has no such group."""
+        inventory = getattr(self._host, "inventory", None)
+        members = inventory.get_group(name, default=[]) if inventory is not None else []
+        return [(member.name, member.data.dict(), member) for member in members]
+
 
 def _with_state(make):
     """An inventory from ``make(make_inventory)``, with the pyinfra state its hosts connect through."""

@@ -58,21 +58,23 @@ STOPPING_SECONDS = 60  # after a stop was asked: no second ask within this (the 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)")
 
 
-def parse_metrics(text):
-    """The counters podkit watches, each summed over its labels (engines, finish reasons), from
-    Prometheus text; a counter vLLM did not print is missing. None when none of them is there."""
+def parse_metrics(text, counters=None):
+    """The counters podkit watches (``counters``: metric -> name, default :data:`COUNTERS`), each
+    summed over its labels (engines, finish reasons), from Prometheus text; a counter vLLM did not
+    print is missing. None when none of them is there."""
+    counters = counters or COUNTERS
     found = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
         match = _SAMPLE.match(line)
-        if not match or match.group(1) not in COUNTERS:
+        if not match or match.group(1) not in counters:
             continue
         try:
             value = float(match.group(3))
         except ValueError:
             continue
-        name = COUNTERS[match.group(1)]
+        name = counters[match.group(1)]
         found[name] = found.get(name, 0.0) + value
     return found or None
 

@@ -17,6 +17,14 @@ from podkit.client.api import VllmApi
 from podkit.client.bench import Bench, BenchAborted, Options, overall, record_path, table, write_chart
 from podkit.client.bench.prompts import MAX_TOKENIZE_CALLS, build_prompt, cap_lengths
 from podkit.client.bench.run import TTFT_OUTPUT_TOKENS
+from podkit.client.bench.sessions import (
+    SESSION_HEADER,
+    Conversation,
+    aggregate_sessions,
+    build_conversations,
+    last_prompt_tokens,
+    words_text,
+)
 from podkit.client.bench.stats import (
     Timing,
     aggregate_length,
@@ -209,11 +217,16 @@ def png_size(path):
 
 class FakeVllm(BaseHTTPRequestHandler):
     """Enough of vLLM's API for bench: /v1/models, /tokenize (a token per word, of a prompt or a
-    chat), /version and streamed /v1/completions (a chunk per token, then usage)."""
+    chat), /version and streamed /v1/completions and /v1/chat/completions (a role chunk for a chat,
+    then a chunk per token, then usage); it keeps each request's session header."""
 
     max_model_len = 2048
     key = "k"
     requests = []
+    sessions = []
+    tokens_per_word = 1  # what /tokenize says (usage counts a token per word)
+    tokenize_status = 200  # 404: a router that does not forward /tokenize
+    chat_text = True  # False: chat chunks without text (special tokens, a parser holding them)
 
     def log_message(self, *args):
         pass
@@ -247,25 +260,30 @@ class FakeVllm(BaseHTTPRequestHandler):
             return
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).requests.append((self.path, body))
+        type(self).sessions.append(self.headers.get(SESSION_HEADER))
         text = body["prompt"] if "prompt" in body else " ".join(m["content"] for m in body["messages"])
         count = len(text.split())
         if self.path == "/tokenize":
-            return self._json(200, {"count": count, "max_model_len": self.max_model_len})
+            if self.tokenize_status != 200:
+                return self._json(self.tokenize_status, {"error": "Not Found"})
+            return self._json(200, {"count": count * self.tokens_per_word, "max_model_len": self.max_model_len})
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
+        chat = self.path == "/v1/chat/completions"
+        kind = "chat.completion.chunk" if chat else "text_completion"
+        head = {"id": "c", "object": kind, "created": 0, "model": "m"}
+        if chat:  # vLLM's first chat chunk: the role, no text
+            role = {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+            self.wfile.write(f"data: {json.dumps(role)}\n\n".encode())
         for index in range(body["max_tokens"]):
-            chunk = {
-                "id": "c",
-                "object": "text_completion",
-                "created": 0,
-                "model": "m",
-                "choices": [{"index": 0, "text": f" t{index}", "finish_reason": None}],
-            }
+            delta = {"content": f" t{index}"} if self.chat_text else {}
+            piece = {"delta": delta} if chat else {"text": f" t{index}"}
+            chunk = {**head, "choices": [{"index": 0, **piece, "finish_reason": None}]}
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
             self.wfile.flush()
         usage = {"prompt_tokens": count, "completion_tokens": body["max_tokens"], "total_tokens": 0}
-        final = {"id": "c", "object": "text_completion", "created": 0, "model": "m", "choices": [], "usage": usage}
+        final = {**head, "choices": [], "usage": usage}
         self.wfile.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
 
 
@@ -273,12 +291,16 @@ class FakeVllm(BaseHTTPRequestHandler):
 def fake_server():
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeVllm)
     FakeVllm.requests = []
+    FakeVllm.sessions = []
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
     FakeVllm.max_model_len = 2048
+    FakeVllm.tokens_per_word = 1
+    FakeVllm.tokenize_status = 200
+    FakeVllm.chat_text = True
 
 
 ARGS = ["/models/m", "--served-model-name", "m", "--max-model-len", "1024", "--enforce-eager"]
@@ -366,3 +388,196 @@ def test_an_unreachable_endpoint_aborts_as_unreachable():
 def test_a_chart_of_a_failed_host_is_still_a_png(tmp_path):
     failed = {"host": "down", "model": "m", "ttft": [], "concurrency": []}
     assert png_size(write_chart([failed], tmp_path / "x.png"))[0] > 0
+
+
+# ---------------------------------------------------------------- multi-turn sessions
+
+
+def test_words_text_is_its_head_then_about_that_many_words_and_repeatable():
+    text = words_text("ab session 1:", 50, seed=3)
+    assert text.startswith("ab session 1: ") and len(text.split()) == 3 + 50
+    assert words_text("ab session 1:", 50, seed=3) == text != words_text("ab session 1:", 50, seed=4)
+    assert words_text("h:", 0, seed=1) == "h:"
+
+
+@pytest.mark.parametrize("sessions, turns, first, per_turn", [(1, 1, 32, 8), (2, 3, 64, 16), (5, 4, 200, 20)])
+def test_each_turn_resends_the_last_one_and_its_answer(sessions, turns, first, per_turn):
+    conversations = build_conversations(sessions, turns, first, per_turn, nonce="cafe")
+    assert [c.session_id for c in conversations] == [f"cafe-{n}" for n in range(1, sessions + 1)]
+    for conversation in conversations:
+        assert conversation.turns == turns
+        assert len(conversation.system.split()) == 3 + first
+        assert all(len(u.split()) == 4 + per_turn for u in conversation.users)  # "Session 1 turn 2:" and words
+        previous = None
+        for turn in range(turns):
+            messages = conversation.messages(turn)
+            assert len(messages) == 2 + 2 * turn
+            assert messages[0] == {"role": "system", "content": conversation.system}
+            assert messages[-1] == {"role": "user", "content": conversation.users[turn]}
+            if previous is not None:  # the growing prefix: the last turn, its answer, a new message
+                assert messages[: len(previous)] == previous
+                assert messages[len(previous)] == {"role": "assistant", "content": conversation.answers[turn - 1]}
+            conversation.answers.append(f"answer {turn}")
+            previous = messages
+
+
+def test_sessions_share_no_prefix_with_each_other():
+    first, second = build_conversations(2, 1, 64, 8, nonce="cafe")
+    assert first.system.split()[:3] == ["cafe", "session", "1:"]
+    assert second.system.split()[:3] == ["cafe", "session", "2:"]
+    assert first.system.split()[3:] != second.system.split()[3:]  # and different words after the header
+    others = build_conversations(1, 1, 64, 8, nonce="beef")[0]
+    assert not others.system.startswith("cafe")  # the next run shares none of this one's prefix either
+
+
+def test_a_turn_needs_the_answers_before_it():
+    conversation = Conversation("s", "system", ["one", "two"])
+    with pytest.raises(ValueError, match="needs the answer to turn 1"):
+        conversation.messages(1)
+    with pytest.raises(IndexError, match="2 turns"):
+        conversation.messages(2)
+
+
+@pytest.mark.parametrize(
+    "first, turns, per_turn, output, expected",
+    [
+        (2048, 1, 128, 256, 2048 + 128 + 2 * 8),  # system + one user message
+        (2048, 4, 128, 256, 2048 + 4 * 128 + 3 * 256 + 8 * 8),  # + three earlier answers
+        (64, 3, 16, 16, 64 + 48 + 32 + 6 * 8),
+    ],
+)
+def test_last_prompt_tokens(first, turns, per_turn, output, expected):
+    assert last_prompt_tokens(first, turns, per_turn, output) == expected
+
+
+def test_aggregate_sessions_per_turn_and_a_session_that_stopped():
+    sessions = [
+        [timing(0.0, [0.2, 0.3], prompt_tokens=100), timing(1.0, [1.1, 1.2], prompt_tokens=140)],
+        [timing(0.0, [0.4, 0.5], prompt_tokens=101), timing(1.0, [], error="HTTP 500: boom")],  # stopped here
+        [timing(0.0, [], error="HTTP 500: boom")],
+    ]
+    result = aggregate_sessions(sessions, turns=3, wall_s=2.5)
+    assert (result["sessions"], result["turns"], result["wall_s"]) == (3, 3, 2.5)
+    assert (result["requests"], result["completed"], result["not_sent"]) == (5, 3, 4)
+    assert result["errors"] == ["HTTP 500: boom"] and result["output_tokens"] == 6
+    first, second, third = result["per_turn"]
+    assert (first["turn"], first["requests"], first["completed"]) == (1, 3, 2)
+    assert first["prompt_tokens"] == {"min": 100, "max": 101}
+    assert first["ttft_s"]["p50"] == pytest.approx(0.3) and first["ttft_s"]["n"] == 2
+    assert (second["requests"], second["completed"], second["prompt_tokens"]) == (2, 1, {"min": 140, "max": 140})
+    assert second["ttft_s"]["p50"] == pytest.approx(0.1)
+    assert third == {
+        "turn": 3,
+        "requests": 0,
+        "completed": 0,
+        "errors": [],
+        "prompt_tokens": None,
+        "ttft_s": {"p50": None, "p95": None, "mean": None, "n": 0},
+    }
+    assert result["ttft_s"]["n"] == 3
+
+
+SESSIONS = Options(sessions=3, turns=3, session_tokens=40, turn_tokens=10, output_tokens=5, timeout=10)
+
+
+@pytest.mark.parametrize("header", [True, False])
+def test_a_whole_session_run(fake_server, header):
+    options = Options(**{**SESSIONS.__dict__, "session_header": header})
+    bench = Bench("box", fake_server, "k", "m", options, ServerInfo("box", serve_args=ARGS, running=True))
+    planned = bench.prepare()
+    assert planned == 9
+    labels = []
+    record = bench.run(labels.append)
+    assert len(labels) == planned and record["outcome"] == "ok", record["error"]
+    assert record["ttft"] == [] and record["concurrency"] == []
+    chats = [(body, session) for (path, body), session in zip(FakeVllm.requests, FakeVllm.sessions)]
+    assert [path for path, _ in FakeVllm.requests] == ["/tokenize"] + ["/v1/chat/completions"] * 9
+    del chats[0]  # /tokenize measured a word as a token
+    by_session = {}
+    for body, session in chats:
+        assert body["max_tokens"] == 5 and body["ignore_eos"] is True and body["stream"] is True
+        by_session.setdefault(body["messages"][0]["content"], []).append((body["messages"], session))
+    assert len(by_session) == 3
+    for turns in by_session.values():
+        lengths = [len(messages) for messages, _ in turns]
+        assert lengths == [2, 4, 6]  # each session's turns in order, each resending the last
+        for (before, _), (after, _) in zip(turns, turns[1:]):
+            assert after[: len(before)] == before
+            assert after[len(before)] == {"role": "assistant", "content": " t0 t1 t2 t3 t4"}
+    # one id per session, the same on each of its turns (what a router's session affinity keys on)
+    ids = [{session for _, session in turns} for turns in by_session.values()]
+    expected = [{f"{bench.nonce}-{n}"} for n in (1, 2, 3)] if header else [{None}] * 3
+    assert sorted(ids, key=str) == sorted(expected, key=str)
+    sessions = record["sessions"]
+    assert sessions["completed"] == sessions["requests"] == 9 and sessions["errors"] == []
+    assert sessions["session_header"] == (SESSION_HEADER if header else None)
+    # the fake counts words: 43 in the system prompt, 14 per user message, 5 per answer
+    assert [row["prompt_tokens"] for row in sessions["per_turn"]] == [
+        {"min": 57, "max": 57},
+        {"min": 76, "max": 76},
+        {"min": 95, "max": 95},
+    ]
+    assert all(row["ttft_s"]["n"] == 3 and row["ttft_s"]["p50"] > 0 for row in sessions["per_turn"])
+    assert record["options"]["sessions"] == 3 and "lengths" not in record["options"]
+    text = "\n".join(table(record))
+    assert "3 sessions x 3 turns at once" in text and "total " in text
+    assert ("X-Session-ID sent" if header else "no session header") in text
+
+
+def test_sessions_that_outgrow_the_context_are_refused_before_a_request(fake_server):
+    FakeVllm.max_model_len = 512
+    options = Options(sessions=2, turns=4, session_tokens=400, turn_tokens=10, output_tokens=16, timeout=10)
+    with pytest.raises(BenchAborted, match="about 552 tokens.*max_model_len 512: lower --session-tokens"):
+        Bench("box", fake_server, "k", "m", options).prepare()
+    assert not [path for path, _ in FakeVllm.requests if "completions" in path]
+
+
+def test_a_session_stops_at_its_failed_turn(fake_server):
+    bench = Bench("box", fake_server, "k", "m", SESSIONS)
+    bench.prepare()
+    sent = []
+    real = bench.chat_stream
+
+    def failing_second_turn(messages, session_id):
+        sent.append(len(messages))
+        if len(messages) == 4 and session_id.endswith("-2"):
+            return timing(0.0, [], error="HTTP 500: boom"), ""
+        return real(messages, session_id)
+
+    bench.chat_stream = failing_second_turn
+    record = bench.run()
+    assert record["outcome"] == "error" and record["sessions"]["not_sent"] == 1
+    assert sorted(sent) == [2, 2, 2, 4, 4, 4, 6, 6]
+    assert "errors: HTTP 500: boom" in "\n".join(table(record))
+
+
+@pytest.mark.parametrize(
+    "tokens_per_word, status, words, noted",
+    [
+        (1, 200, 40, False),
+        (4, 200, 10, False),  # a byte-level tokenizer: a quarter as many words for the same tokens
+        (1, 404, 40, True),  # a router that does not forward /tokenize: a word is taken for a token
+    ],
+)
+def test_session_texts_are_sized_by_the_servers_tokens_per_word(fake_server, tokens_per_word, status, words, noted):
+    FakeVllm.tokens_per_word, FakeVllm.tokenize_status = tokens_per_word, status
+    bench = Bench("box", fake_server, "k", "m", SESSIONS)
+    bench.prepare()
+    assert bench.tokens_per_word == (tokens_per_word if status == 200 else 1.0)
+    assert any("/tokenize unavailable (HTTP 404" in note for note in bench.notes) == noted
+    record = bench.run()
+    assert record["sessions"]["tokens_per_word"] == bench.tokens_per_word
+    first = next(body for path, body in FakeVllm.requests if path == "/v1/chat/completions")
+    assert len(first["messages"][0]["content"].split()) == 3 + words  # "<nonce> session 1:" and the words
+
+
+def test_chat_chunks_without_text_still_time_the_turn(fake_server):
+    """The sandbox's tiny model: its tokens decode to nothing, yet vLLM's role chunk and one chunk
+    per token arrive; the turn is timed from them and the answer is empty."""
+    FakeVllm.chat_text = False
+    bench = Bench("box", fake_server, "k", "m", SESSIONS)
+    bench.prepare()
+    record = bench.run()
+    assert record["outcome"] == "ok" and record["sessions"]["completed"] == 9
+    last = [body for path, body in FakeVllm.requests if path == "/v1/chat/completions"][-1]
+    assert {m["content"] for m in last["messages"] if m["role"] == "assistant"} == {""}

@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from podkit.client import replicas
+
 
 def record_path(folder: Path, host: str, when: datetime) -> Path:
     """``<folder>/<UTC timestamp>-<host>.json`` (the CLI's folder: ``runs/bench``)."""
@@ -64,10 +66,46 @@ def table(record: dict[str, Any]) -> list[str]:
                 f"{_fmt(row['usd_per_million_output_tokens'], 1, 2):>8}"
                 + (f"  errors: {'; '.join(row['errors'])}" if row["errors"] else "")
             )
+    lines += session_lines(record)
+    if record.get("replicas"):
+        lines += replicas.lines(record["replicas"])
     cost = record.get("cost") or {}
     if cost.get("usd_per_hour") is not None:
         lines.append(f"  cost: ${cost['usd_per_hour']}/h ({cost['source']})")
     lines += [f"  note: {note}" for note in record.get("notes", [])]
+    return lines
+
+
+def session_lines(record: dict[str, Any]) -> list[str]:
+    """The session workload's lines: TTFT per turn, then the total time."""
+    sessions = record.get("sessions")
+    if not sessions:
+        return []
+    options = record["options"]
+    header = sessions.get("session_header")
+    lines = [
+        f"  {sessions['sessions']} sessions x {sessions['turns']} turns at once (system prompt ~"
+        f"{options['session_tokens']} tokens, ~{options['turn_tokens']} more per turn, "
+        f"{options['output_tokens']} output tokens; " + (f"{header} sent" if header else "no session header") + ")",
+        f"    {'turn':>4} {'reqs':>5} {'prompt tok':>11} {'TTFT p50':>9} {'TTFT p95':>9} {'mean':>9}",
+    ]
+    for row in sessions["per_turn"]:
+        counted = row["prompt_tokens"]
+        tokens = (
+            "-"
+            if not counted
+            else f"{counted['min']}" + (f"-{counted['max']}" if counted["max"] != counted["min"] else "")
+        )
+        lines.append(
+            f"    {row['turn']:>4} {row['completed']:>5} {tokens:>11} {_fmt(row['ttft_s']['p50'], 1e3):>7}ms "
+            f"{_fmt(row['ttft_s']['p95'], 1e3):>7}ms {_fmt(row['ttft_s']['mean'], 1e3):>7}ms"
+            + (f"  errors: {'; '.join(row['errors'])}" if row["errors"] else "")
+        )
+    lines.append(
+        f"    total {sessions['wall_s']:.1f} s for {sessions['completed']} of {sessions['requests']} requests"
+        + (f" ({sessions['not_sent']} turns not sent after a failed one)" if sessions["not_sent"] else "")
+        + f", TTFT p50 {_fmt(sessions['ttft_s']['p50'], 1e3)} ms over all turns"
+    )
     return lines
 
 

@@ -19,6 +19,12 @@ so the controller needs no vLLM.
   (the figures: :mod:`.stats`).
 - **Cost** per million output tokens from USD per hour and the measured
   output tokens per second.
+- **Multi-turn sessions** (``Options.sessions``, in place of both sweeps):
+  conversations that grow as an agent's do (:mod:`.sessions`), all sessions at
+  once, each session's turns in order, streamed chat completions with the
+  session's id in ``X-Session-ID`` (what a router's session affinity reads).
+  TTFT per turn and the total time; no warm-up request, so turn 1 of a cold
+  server pays for its first shapes.
 
 Every record names what was measured: the model, its revision, the vLLM
 version and the running server's full launch flags (``podkit.client.serverinfo``).
@@ -40,6 +46,14 @@ import openai
 
 from podkit.client.api import VllmApi, outcome_of
 from podkit.client.bench.prompts import Prompt, build_prompt, cap_lengths
+from podkit.client.bench.sessions import (
+    SESSION_HEADER,
+    Conversation,
+    aggregate_sessions,
+    build_conversations,
+    last_prompt_tokens,
+    sample_text,
+)
 from podkit.client.bench.stats import Timing, aggregate_length, aggregate_level
 from podkit.client.outcome import Outcome, worst
 from podkit.client.serverinfo import ServerInfo
@@ -67,8 +81,23 @@ class Options:
     prompt_tokens: int = 512
     output_tokens: int = 256
     timeout: float = 600.0
+    sessions: int = 0  # > 0: the multi-turn session workload instead of the sweeps
+    turns: int = 4
+    session_tokens: int = 2048  # each session's system prompt
+    turn_tokens: int = 128  # each turn's new user message
+    session_header: bool = True
 
     def as_dict(self) -> dict[str, Any]:
+        if self.sessions:
+            return {
+                "sessions": self.sessions,
+                "turns": self.turns,
+                "session_tokens": self.session_tokens,
+                "turn_tokens": self.turn_tokens,
+                "session_header": SESSION_HEADER if self.session_header else None,
+                "output_tokens": self.output_tokens,
+                "timeout_s": self.timeout,
+            }
         return {
             "lengths": list(self.lengths),
             "ttft_requests": self.ttft_requests,
@@ -119,6 +148,7 @@ class Bench:
         self._seed = 0
         self._seed_lock = threading.Lock()
         self.words_per_token = 0.5
+        self.tokens_per_word = 1.0  # the session workload's, from one /tokenize
         self.notes: list[str] = []
         self.max_model_len: int | None = None
         self.max_model_len_source: str | None = None
@@ -156,6 +186,8 @@ class Bench:
         except openai.APIError as exc:
             raise BenchAborted(describe_error(exc), outcome_of(exc)) from None
         opts = self.options
+        if opts.sessions:
+            return self._prepare_sessions()
         self.lengths, notes = cap_lengths(opts.lengths, self.max_model_len, TTFT_OUTPUT_TOKENS)
         self.notes += notes
         sweep, notes = cap_lengths([opts.prompt_tokens], self.max_model_len, opts.output_tokens)
@@ -167,8 +199,31 @@ class Bench:
             self.notes.append(f"launch flags unknown: {self.server.error}")
         return self.planned_requests()
 
+    def _prepare_sessions(self) -> int:
+        opts = self.options
+        sample = sample_text()
+        try:
+            self.tokens_per_word = round(self.api.count_tokens(sample) / len(sample.split()), 3)
+        except (openai.APIError, KeyError, TypeError, ValueError) as exc:
+            self.notes.append(f"/tokenize unavailable ({describe_error(exc)}): a word is taken for a token")
+        longest = last_prompt_tokens(opts.session_tokens, opts.turns, opts.turn_tokens, opts.output_tokens)
+        if self.max_model_len is None:
+            self.notes.append("max model length unknown: the sessions' length is not checked")
+        elif longest + opts.output_tokens > self.max_model_len:
+            raise BenchAborted(
+                f"the last turn's prompt grows to about {longest} tokens, and {opts.output_tokens} more to answer "
+                f"it exceed max_model_len {self.max_model_len}: lower --session-tokens, --turn-tokens, --turns "
+                "or --output-tokens",
+                Outcome.ERROR,
+            )
+        if self.server.error:
+            self.notes.append(f"launch flags unknown: {self.server.error}")
+        return self.planned_requests()
+
     def planned_requests(self) -> int:
         opts = self.options
+        if opts.sessions:
+            return opts.sessions * opts.turns
         return len(self.lengths) * (1 + opts.ttft_requests) + 1 + sum(level * opts.rounds for level in opts.concurrency)
 
     # -- sending requests
@@ -209,6 +264,70 @@ class Bench:
         if timing.error is None and not timing.chunks:
             timing.error, timing.outcome = "the stream ended without a token", Outcome.ERROR
         return timing
+
+    def chat_stream(self, messages: list[dict[str, str]], session_id: str) -> tuple[Timing, str]:
+        """One streamed chat completion of exactly ``output_tokens`` tokens, timed chunk by chunk;
+        the answer's text. vLLM sends its first chunk (the role, no text) with the first token, and
+        a token a parser holds back or a special token sends none: every chunk with a choice
+        counts, as for a completion."""
+        opts = self.options
+        timing = Timing(time.perf_counter())
+        answer: list[str] = []
+        try:
+            for chunk in self.client.chat.completions.create(
+                model=self.model,
+                messages=messages,  # type: ignore[arg-type]
+                max_tokens=opts.output_tokens,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body={"ignore_eos": True},
+                extra_headers={SESSION_HEADER: session_id} if opts.session_header else None,
+            ):
+                now = time.perf_counter()
+                if chunk.choices:
+                    timing.chunks.append(now)
+                    answer.append(chunk.choices[0].delta.content or "")
+                if chunk.usage:
+                    timing.prompt_tokens = chunk.usage.prompt_tokens
+                    timing.output_tokens = chunk.usage.completion_tokens
+        except openai.APIError as exc:
+            timing.error, timing.outcome = describe_error(exc), outcome_of(exc)
+        timing.end = time.perf_counter()
+        if timing.error is None and not timing.chunks:
+            timing.error, timing.outcome = "the stream ended without a token", Outcome.ERROR
+        return timing, "".join(answer)
+
+    def session_workload(self, progress: Progress) -> dict[str, Any]:
+        """Every session at once, each session's turns in order; a session stops at a failed turn."""
+        opts = self.options
+        conversations = build_conversations(
+            opts.sessions, opts.turns, opts.session_tokens, opts.turn_tokens, self.nonce, self.tokens_per_word
+        )
+
+        def one(conversation: Conversation) -> list[Timing]:
+            timings = []
+            for turn in range(conversation.turns):
+                timing, answer = self.chat_stream(conversation.messages(turn), conversation.session_id)
+                timings.append(timing)
+                progress(f"{self.host}: {opts.sessions} sessions, turn {turn + 1}")
+                if timing.error:
+                    break
+                conversation.answers.append(answer)
+            return timings
+
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=opts.sessions) as pool:
+            sessions = list(pool.map(one, conversations))
+        wall = time.perf_counter() - start
+        for timings in sessions:
+            for timing in timings:
+                if timing.outcome in (Outcome.UNREACHABLE, Outcome.AUTH):
+                    raise BenchAborted(timing.error or "", timing.outcome)
+        result = aggregate_sessions(sessions, opts.turns, wall)
+        result["session_header"] = SESSION_HEADER if opts.session_header else None
+        result["tokens_per_word"] = self.tokens_per_word
+        return result
 
     def _checked(self, timing: Timing, prompt: Prompt) -> Timing:
         if timing.outcome in (Outcome.UNREACHABLE, Outcome.AUTH):
@@ -260,23 +379,30 @@ class Bench:
         return levels
 
     def run(self, progress: Progress = lambda label: None) -> dict[str, Any]:
-        """Both sweeps; the record (see :func:`record`). Never raises for a failing endpoint."""
+        """Both sweeps, or the session workload; the record (see :meth:`record`). Never raises for a
+        failing endpoint."""
         started = datetime.now(UTC)
         ttft: list[dict[str, Any]] = []
         sweep: list[dict[str, Any]] = []
+        sessions: dict[str, Any] | None = None
         try:
-            ttft = self.ttft_sweep(progress)
-            sweep = self.concurrency_sweep(progress)
+            if self.options.sessions:
+                sessions = self.session_workload(progress)
+            else:
+                ttft = self.ttft_sweep(progress)
+                sweep = self.concurrency_sweep(progress)
         except BenchAborted as exc:
             self.error, self.outcome = str(exc), exc.outcome
         except (ValueError, openai.APIError) as exc:  # e.g. /tokenize refused, a prompt shorter than its header
             self.error, self.outcome = f"{type(exc).__name__}: {exc}", Outcome.ERROR
-        failed = [e for item in [*ttft, *sweep] for e in item["errors"]]
+        failed = [e for item in [*ttft, *sweep, *([sessions] if sessions else [])] for e in item["errors"]]
         if failed and self.outcome == Outcome.OK:
             self.outcome = Outcome.ERROR
-        return self.record(started, datetime.now(UTC), ttft, sweep)
+        return self.record(started, datetime.now(UTC), ttft, sweep, sessions)
 
-    def record(self, started: datetime, finished: datetime, ttft: list, sweep: list) -> dict[str, Any]:
+    def record(
+        self, started: datetime, finished: datetime, ttft: list, sweep: list, sessions: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         return {
             "host": self.host,
             "endpoint": self.base_url,
@@ -293,6 +419,7 @@ class Bench:
             "cost": {"usd_per_hour": self.usd_per_hour, "source": self.cost_source},
             "ttft": ttft,
             "concurrency": sweep,
+            "sessions": sessions,
             "notes": self.notes,
             "error": self.error,
             "outcome": self.outcome.name.lower(),
@@ -310,6 +437,7 @@ def failed_record(
         "server": server,
         "ttft": [],
         "concurrency": [],
+        "sessions": None,
         "notes": [],
         "error": message,
         "outcome": outcome.name.lower(),
