@@ -6,13 +6,24 @@ Both runs hit the same server in the same sandbox, alternating (edge, direct, ed
 so drift in the machine's load lands on both. "Direct" is vLLM's own loopback port, reached
 through ``podkit_endpoint_url`` in a throwaway inventory (the sandbox runs on this machine, so
 its loopback is ours); "edge" is the client's way in, through Caddy. Figures, not assertions.
+
+    python benchmarks/edge.py --state-dir D --split-cores
+
+On a GPU host the decoding runs on the GPU and Caddy has cores of its own; in the CPU sandbox
+vLLM decodes on the same cores Caddy and the client use, so every CPU-second the edge spends
+comes out of decoding. ``--split-cores`` gives each its own: the sandbox is re-applied with one
+OpenMP thread bound to core 0 (``VLLM_CPU_OMP_THREADS_BIND``), every thread of vLLM is pinned
+there with the bench client (which does the same work edge or direct), and Caddy runs alone on
+the other cores. The sandbox is re-applied as it was afterwards.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -22,25 +33,57 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from podkit.sandbox.box import Sandbox  # noqa: E402
 
 
+def load_group_data(group: str) -> dict:
+    """The settings a group_data file declares (what pyinfra would give the group's hosts)."""
+    namespace: dict = {}
+    path = Path(__file__).resolve().parent.parent / "group_data" / f"{group}.py"
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    return namespace
+
+
+def pin(volume: Path, program: str, cores: str) -> list[int]:
+    """Pin every thread of the sandbox's processes whose command line names PROGRAM to CORES."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [part.decode(errors="replace") for part in argv if part]
+        if entry.name.isdigit() and any(str(volume) in w for w in words) and any(program in w for w in words[:3]):
+            subprocess.run(["taskset", "-a", "-p", "-c", cores, entry.name], check=True, capture_output=True)
+            pids.append(int(entry.name))
+    return pids
+
+
 def bench(box: Sandbox, inventory: str, out: Path, args) -> dict:
-    proc = box.cli(
-        "bench",
-        inventory,
-        "--json",
-        "--lengths",
-        "256",
-        "--ttft-requests",
-        str(args.ttft_requests),
-        "--concurrency",
-        "1,4",
-        "--rounds",
-        str(args.rounds),
-        "--prompt-tokens",
-        "128",
-        "--output-tokens",
-        "64",
-        "--output-dir",
-        str(out),
+    prefix = ["taskset", "-c", args.client_cores] if args.split_cores else []
+    proc = subprocess.run(
+        [*prefix, sys.executable, "cli.py"]
+        + [
+            "bench",
+            inventory,
+            "--json",
+            "--lengths",
+            "256",
+            "--ttft-requests",
+            str(args.ttft_requests),
+            "--concurrency",
+            "1,4",
+            "--rounds",
+            str(args.rounds),
+            "--prompt-tokens",
+            "128",
+            "--output-tokens",
+            "64",
+            "--output-dir",
+            str(out),
+        ],
+        cwd=Path(__file__).resolve().parent.parent,
+        env=box.env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     if proc.returncode != 0:
         sys.exit(f"bench {inventory} failed: {proc.stderr[-2000:]}")
@@ -53,7 +96,12 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="alternating pairs of runs")
     parser.add_argument("--ttft-requests", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--split-cores", action="store_true", help="vLLM and the client on core 0, Caddy on the rest")
     args = parser.parse_args()
+    cpus = os.cpu_count() or 1
+    if args.split_cores and cpus < 2:
+        sys.exit("--split-cores needs at least 2 cores")
+    args.client_cores, args.edge_cores = "0", f"1-{cpus - 1}"
 
     box = Sandbox(args.state_dir)
     saved = json.loads(box.state_file.read_text())
@@ -64,6 +112,20 @@ def main() -> int:
         f'sandbox = [("sandbox", {{**Sandbox().host_data(), "podkit_endpoint_url": '
         f'"http://127.0.0.1:{saved["vllm_port"]}"}})]\n'
     )
+    if args.split_cores:
+        split = work / "split" / "sandbox.py"  # named sandbox.py: group_data/sandbox.py applies
+        split.parent.mkdir()
+        env = {**load_group_data("sandbox")["vllm_extra_env"], "VLLM_CPU_OMP_THREADS_BIND": "0"}
+        split.write_text(
+            "from podkit.sandbox.box import Sandbox\n\n"
+            f'sandbox = [("sandbox", {{**Sandbox().host_data(), "vllm_extra_env": {env!r}}})]\n'
+        )
+        applied = box.apply(inventory=str(split))
+        if applied.rc != 0:
+            sys.exit(f"re-applying the sandbox with vLLM on core 0 failed: {applied.stderr[-2000:]}")
+        vllm = pin(box.volume, "vllm", "0")
+        caddy = pin(box.volume, "caddy", args.edge_cores)
+        print(f"vLLM pids {vllm} and the client on core 0; Caddy pids {caddy} on cores {args.edge_cores}")
     runs: dict[str, list[dict]] = {"edge": [], "direct": []}
     for _ in range(args.repeats):
         for way, inventory in (("edge", "inventories/sandbox.py"), ("direct", str(direct))):
@@ -89,6 +151,10 @@ def main() -> int:
         share = f" ({delta / straight * 100:+.1f}%)" if "tokens" in label else ""
         print(f"{label:<34}{edge:>12.1f}{straight:>12.1f}{delta:>+10.1f}{share}")
     print(f"(medians of {args.repeats} alternating runs each; records in {work})")
+    if args.split_cores:
+        restored = box.apply()
+        pin(box.volume, "caddy", f"0-{cpus - 1}")
+        print("sandbox re-applied as it was" if restored.rc == 0 else "re-applying the sandbox failed")
     return 0
 
 

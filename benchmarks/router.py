@@ -13,7 +13,8 @@ router's one URL: each session a growing prefix (a long system prompt, then turn
 sessions at once, an ``X-Session-ID`` header on each request. The table gives, per policy, the
 wall time, TTFT, how many requests each replica served and its prefix-cache hit rate (from each
 replica's own /metrics). Figures, not assertions: both replicas are CPU builds sharing this
-machine's cores, which a real fleet does not.
+machine's cores, which a real fleet does not. The second replica and the router are stopped at
+the end (their volumes stay, so a second run installs nothing).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ POLICIES = ("cache_aware", "consistent_hash", "power_of_two", "round_robin")
 
 def fleet_inventory(box: Sandbox, second: Sandbox, router: dict, folder: Path) -> Path:
     """Two replicas (the group "sandbox", so group_data/sandbox.py's CPU settings apply) and a router."""
-    replica_2 = {**second.host_data(), "vllm_model": str(box.model_dir)}
+    # one key for the fleet: the router passes the client's key through to each replica
+    replica_2 = {**second.host_data(), "vllm_model": str(box.model_dir), "podkit_api_key_file": str(box.api_key_file)}
     routers = [
         (
             "router",
@@ -75,7 +77,7 @@ def main() -> int:
     args = parser.parse_args()
 
     box = Sandbox(args.state_dir)
-    work = args.state_dir / "router-bench"
+    work = args.state_dir.absolute() / "router-bench"
     work.mkdir(exist_ok=True)
     second = Sandbox(work / "replica-2")
     if not (second.volume / "podkit").exists():
@@ -159,6 +161,12 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
     print(f"(records in {work})")
+    # the second replica and the router go; their volumes stay for the next run (nothing reinstalled)
+    second.down()
+    supervisorctl = Path(router["volume"]) / "podkit" / "venv" / "bin" / "supervisorctl"
+    conf = Path(router["volume"]) / "podkit" / "bin" / "supervisord.conf"
+    subprocess.run([str(supervisorctl), "-c", str(conf), "shutdown"], capture_output=True)
+    PrivateSshd(work / "router-sshd").stop()
     return 0
 
 

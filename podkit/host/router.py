@@ -55,6 +55,7 @@ class Replica:
     hop_port: int
     ca: str | None
     controller_ca: str | None  # the pinned certificate on the controller that ``ca`` copies
+    key_file: str | None = None  # its podkit_api_key_file: the router passes the client's key through
 
     @property
     def hop_url(self) -> str:
@@ -76,9 +77,10 @@ def replicas_of(settings: Settings, members: list[tuple[str, dict[str, Any]]]) -
         way = way_in(name, data)
         internal = way.tls == "internal"
         try:
-            served = Settings.from_mapping(data).served_model_name
+            member = Settings.from_mapping(data)
+            served, key_file = member.served_model_name, member.api_key_file
         except SettingsError:
-            served = str(data.get("vllm_served_model_name") or "")
+            served, key_file = str(data.get("vllm_served_model_name") or ""), data.get("podkit_api_key_file")
         replicas.append(
             Replica(
                 name=name,
@@ -87,6 +89,7 @@ def replicas_of(settings: Settings, members: list[tuple[str, dict[str, Any]]]) -
                 hop_port=port,
                 ca=paths.replica_ca(name) if internal else None,
                 controller_ca=str(ca_path(name)) if internal else None,
+                key_file=key_file,
             )
         )
     return replicas
@@ -102,9 +105,16 @@ def router_problems(settings: Settings, group: str, replicas: list[Replica], fou
     if not replicas:
         return [f"the group {group!r} has no hosts: add the replicas to it"]
     problems = []
-    routers = [r.name for r in replicas if r.served_model_name == ""]
-    if routers:
-        problems.append(f"replica {', '.join(routers)} has no served model name: check its host data")
+    unnamed = [r.name for r in replicas if r.served_model_name == ""]
+    if unnamed:
+        problems.append(f"replica {', '.join(unnamed)} has no served model name: check its host data")
+    other_keys = [r.name for r in replicas if r.key_file is not None and r.key_file != settings.api_key_file]
+    if other_keys:
+        problems.append(
+            f"replica {', '.join(other_keys)} uses another API key file than the router ({settings.api_key_file}): "
+            "the router passes each client's key through to the replicas, so the router and its replicas need "
+            "one key; give them the same podkit_api_key_file"
+        )
     names = sorted({r.served_model_name for r in replicas if r.served_model_name})
     if len(names) > 1:
         problems.append(

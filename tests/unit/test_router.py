@@ -91,6 +91,11 @@ PROBLEM_CASES = [
         "want": "set vllm_served_model_name = 'qwen' for the router",
     },
     {
+        "id": "a replica with a key of its own",
+        "members": [member("a"), member("b", podkit_api_key_file=".secrets/other_key")],
+        "want": "replica b uses another API key file than the router",
+    },
+    {
         "id": "systemd on a router",
         "members": [member("a")],
         "data": {"podkit_supervisor": "systemd"},
