@@ -73,16 +73,16 @@ def the_volume(router: bool = False) -> None:
     )
 
 
-def the_key() -> None:
-    """One API key: the controller's file is the source (read above); the host gets a 0600 copy."""
+def the_secret(what: str, path: str, value: str) -> None:
+    """A secret whose source is the controller's file (read above): the host gets a 0600 copy."""
     volume.secret(
-        name="Ensure the host's API key matches the controller's, mode 0600",
-        path=paths.api_key,
-        what="API key",
-        content=file_content(key),
-        current_sha256=pod.files.get(paths.api_key),
-        sha256=key_digest(key),
-        current=pod.modes.get(paths.api_key),
+        name=f"Ensure the host's {what} matches the controller's, mode 0600",
+        path=path,
+        what=what,
+        content=file_content(value),
+        current_sha256=pod.files.get(path),
+        sha256=key_digest(value),
+        current=pod.modes.get(path),
         owner=pod.owner,
     )
 
@@ -159,20 +159,11 @@ if settings.role == "server":
     managed("Ensure the env file puts every cache on the volume", "env")
 
     # 4. One API key: the controller's file is the source (read above); the host gets a 0600 copy.
-    the_key()
+    the_secret("API key", paths.api_key, key)
 
     # 5. The checkpoint: a clean hub cache, then the planned snapshot in it (fetched on the host).
     if hf_token:
-        volume.secret(
-            name="Ensure the host's Hugging Face token matches the controller's, mode 0600",
-            path=paths.hf_token,
-            what="Hugging Face token",
-            content=file_content(hf_token),
-            current_sha256=pod.files.get(paths.hf_token),
-            sha256=key_digest(hf_token),
-            current=pod.modes.get(paths.hf_token),
-            owner=pod.owner,
-        )
+        the_secret("Hugging Face token", paths.hf_token, hf_token)
     checkpoint.cache_clean(
         name="Ensure the hub cache holds no partial downloads, stale locks or broken links",
         paths=paths,
@@ -350,7 +341,7 @@ if settings.role == "router":
 
     # 13. The key, the router's launch script, the edge (the front for clients, and one loopback hop
     #     per replica to its edge), each replica's pinned CA, and supervisord running both programs.
-    the_key()
+    the_secret("API key", paths.api_key, key)
     managed("Ensure the env file puts every cache on the volume", "env")
     managed(f"Ensure the volume lists the {len(replicas)} replicas, for verify and status", "replicas")
     managed(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import runpy
 import statistics
 import subprocess
 import sys
@@ -31,14 +32,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from podkit.sandbox.box import Sandbox  # noqa: E402
-
-
-def load_group_data(group: str) -> dict:
-    """The settings a group_data file declares (what pyinfra would give the group's hosts)."""
-    namespace: dict = {}
-    path = Path(__file__).resolve().parent.parent / "group_data" / f"{group}.py"
-    exec(compile(path.read_text(), str(path), "exec"), namespace)
-    return namespace
 
 
 def pin(volume: Path, program: str, cores: str) -> list[int]:
@@ -115,7 +108,8 @@ def main() -> int:
     if args.split_cores:
         split = work / "split" / "sandbox.py"  # named sandbox.py: group_data/sandbox.py applies
         split.parent.mkdir()
-        env = {**load_group_data("sandbox")["vllm_extra_env"], "VLLM_CPU_OMP_THREADS_BIND": "0"}
+        group = runpy.run_path(str(Path(__file__).resolve().parent.parent / "group_data" / "sandbox.py"))
+        env = {**group["vllm_extra_env"], "VLLM_CPU_OMP_THREADS_BIND": "0"}
         split.write_text(
             "from podkit.sandbox.box import Sandbox\n\n"
             f'sandbox = [("sandbox", {{**Sandbox().host_data(), "vllm_extra_env": {env!r}}})]\n'

@@ -54,12 +54,16 @@ class Replica:
     served_model_name: str
     hop_port: int
     ca: str | None
-    controller_ca: str | None  # the pinned certificate on the controller that ``ca`` copies
     key_file: str | None = None  # its podkit_api_key_file: the router passes the client's key through
 
     @property
     def hop_url(self) -> str:
         return f"http://127.0.0.1:{self.hop_port}"
+
+    @property
+    def controller_ca(self) -> str | None:
+        """The certificate pinned on the controller that ``ca`` copies."""
+        return str(ca_path(self.name)) if self.ca else None
 
 
 def replicas_of(settings: Settings, members: list[tuple[str, dict[str, Any]]]) -> list[Replica]:
@@ -88,7 +92,6 @@ def replicas_of(settings: Settings, members: list[tuple[str, dict[str, Any]]]) -
                 served_model_name=served,
                 hop_port=port,
                 ca=paths.replica_ca(name) if internal else None,
-                controller_ca=str(ca_path(name)) if internal else None,
                 key_file=key_file,
             )
         )

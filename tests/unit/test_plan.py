@@ -289,53 +289,20 @@ def test_cli_plan_takes_the_vllm_version_the_host_runs(tmp_path):
 def test_a_warm_up_that_cannot_fit_outside_the_budget_says_so_with_the_cheaper_fix_first():
     # vLLM before 0.21 captures graphs and warms the sampler up after sizing KV, outside the budget
     arch = Architecture.from_config(QWEN3_32B)
-    tight = plan_memory(
-        arch,
-        weight_bytes=int(61.03 * GIB),
-        gpu_memory_gib=79.18,
-        gpu_count=1,
-        gpu_memory_utilization=0.95,
-        max_model_len=32768,
-        vllm_version="0.11.0",
-        max_num_seqs=1024,
-    )
+
+    def launch(**changes):  # Qwen3-32B on one H100 at 0.95 with 1024 dummy requests, as logged
+        given = dict(gpu_memory_utilization=0.95, vllm_version="0.11.0", max_num_seqs=1024) | changes
+        return plan_memory(
+            arch, weight_bytes=int(61.03 * GIB), gpu_memory_gib=79.18, gpu_count=1, max_model_len=32768, **given
+        )
+
+    tight = launch()
     assert not tight.fits and "outside the gpu_memory_utilization budget" in tight.reason
     assert tight.suggestions[0].startswith("set vllm_extra_args ['--max-num-seqs', '960']")
-    fewer = plan_memory(
-        arch,
-        weight_bytes=int(61.03 * GIB),
-        gpu_memory_gib=79.18,
-        gpu_count=1,
-        gpu_memory_utilization=0.95,
-        max_model_len=32768,
-        vllm_version="0.11.0",
-        max_num_seqs=960,
-    )
-    lower = plan_memory(
-        arch,
-        weight_bytes=int(61.03 * GIB),
-        gpu_memory_gib=79.18,
-        gpu_count=1,
-        gpu_memory_utilization=0.94,
-        max_model_len=32768,
-        vllm_version="0.11.0",
-        max_num_seqs=1024,
-    )
+    fewer, lower = launch(max_num_seqs=960), launch(gpu_memory_utilization=0.94)
     assert fewer.fits and lower.fits and fewer.kv_cache_tokens > lower.kv_cache_tokens
     # from 0.21 the graphs are in the budget and the same launch starts
-    assert (
-        plan_memory(
-            arch,
-            weight_bytes=int(61.03 * GIB),
-            gpu_memory_gib=79.18,
-            gpu_count=1,
-            gpu_memory_utilization=0.95,
-            max_model_len=32768,
-            vllm_version="0.21.0",
-            max_num_seqs=1024,
-        ).warmup_gib
-        == 0
-    )
+    assert launch(vllm_version="0.21.0").warmup_gib == 0
 
 
 def test_a_moe_layer_is_charged_the_fused_moe_caches():

@@ -239,22 +239,19 @@ class Bench:
             self.words_per_token = max(0.05, len(made.text.split()) / made.tokens)
         return made
 
-    def stream(self, prompt: Prompt, max_tokens: int) -> Timing:
-        """One streamed completion of exactly ``max_tokens`` tokens, timed chunk by chunk."""
+    def _timed(self, chunks: Callable[[], Iterable[Any]], text: list[str] | None = None) -> Timing:
+        """Read one streamed answer chunk by chunk: when each chunk with a choice came, the usage
+        the last chunk reports, and (into ``text``) what the chunks said. vLLM sends its first
+        chunk (for chat, the role, no text) with the first token; a token a parser holds back or
+        a special token sends no text: every chunk with a choice counts."""
         timing = Timing(time.perf_counter())
         try:
-            for chunk in self.client.completions.create(
-                model=self.model,
-                prompt=prompt.text,
-                max_tokens=max_tokens,
-                temperature=0,
-                stream=True,
-                stream_options={"include_usage": True},
-                extra_body={"ignore_eos": True},
-            ):
+            for chunk in chunks():
                 now = time.perf_counter()
                 if chunk.choices:
                     timing.chunks.append(now)
+                    if text is not None:
+                        text.append(chunk.choices[0].delta.content or "")
                 if chunk.usage:
                     timing.prompt_tokens = chunk.usage.prompt_tokens
                     timing.output_tokens = chunk.usage.completion_tokens
@@ -265,16 +262,26 @@ class Bench:
             timing.error, timing.outcome = "the stream ended without a token", Outcome.ERROR
         return timing
 
+    def stream(self, prompt: Prompt, max_tokens: int) -> Timing:
+        """One streamed completion of exactly ``max_tokens`` tokens, timed chunk by chunk."""
+        return self._timed(
+            lambda: self.client.completions.create(
+                model=self.model,
+                prompt=prompt.text,
+                max_tokens=max_tokens,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body={"ignore_eos": True},
+            )
+        )
+
     def chat_stream(self, messages: list[dict[str, str]], session_id: str) -> tuple[Timing, str]:
-        """One streamed chat completion of exactly ``output_tokens`` tokens, timed chunk by chunk;
-        the answer's text. vLLM sends its first chunk (the role, no text) with the first token, and
-        a token a parser holds back or a special token sends none: every chunk with a choice
-        counts, as for a completion."""
-        opts = self.options
-        timing = Timing(time.perf_counter())
-        answer: list[str] = []
-        try:
-            for chunk in self.client.chat.completions.create(
+        """One streamed chat completion of exactly ``output_tokens`` tokens, timed chunk by chunk,
+        and the answer's text."""
+        opts, answer = self.options, []
+        timing = self._timed(
+            lambda: self.client.chat.completions.create(
                 model=self.model,
                 messages=messages,  # type: ignore[arg-type]
                 max_tokens=opts.output_tokens,
@@ -283,19 +290,9 @@ class Bench:
                 stream_options={"include_usage": True},
                 extra_body={"ignore_eos": True},
                 extra_headers={SESSION_HEADER: session_id} if opts.session_header else None,
-            ):
-                now = time.perf_counter()
-                if chunk.choices:
-                    timing.chunks.append(now)
-                    answer.append(chunk.choices[0].delta.content or "")
-                if chunk.usage:
-                    timing.prompt_tokens = chunk.usage.prompt_tokens
-                    timing.output_tokens = chunk.usage.completion_tokens
-        except openai.APIError as exc:
-            timing.error, timing.outcome = describe_error(exc), outcome_of(exc)
-        timing.end = time.perf_counter()
-        if timing.error is None and not timing.chunks:
-            timing.error, timing.outcome = "the stream ended without a token", Outcome.ERROR
+            ),
+            answer,
+        )
         return timing, "".join(answer)
 
     def session_workload(self, progress: Progress) -> dict[str, Any]:
