@@ -16,14 +16,23 @@ making the volume root theirs when it is missing or root's, and, with
 
 import os
 
-from pyinfra import host, inventory
+from pyinfra import host, inventory, state
 from pyinfra.api.exceptions import DeployError, NoGroupError
 
 from operations import checkpoint, facts, interrupt, preflight, router, supervisor, vllm, volume
 from podkit import project_path
 from podkit.client.targets import pin_ca, way_in
+from podkit.host.cluster import Member, cluster_of
 from podkit.host.preflight import choose_vllm, host_problems
-from podkit.host.probe import ROUTER_PROGRAMS, Unit, edge_files, idle_files, managed_files, server_config
+from podkit.host.probe import (
+    ROUTER_PROGRAMS,
+    Unit,
+    edge_files,
+    idle_files,
+    managed_files,
+    programs_for,
+    server_config,
+)
 from podkit.host.render import edge_problems, host_files, router_files
 from podkit.host.router import replicas_of, router_problems
 from podkit.keys import ApiKeyError, ensure_key, file_content, key_digest, read_hf_token
@@ -101,6 +110,31 @@ def managed(name, role):
     )
 
 
+def the_cluster():
+    """This host's cluster: every node of it in the inventory, each read once (its own turn in the
+    deploy reuses that probe), side by side. Nodes this run cannot reach stop the whole cluster."""
+    members, problems = [], []
+    for other in inventory:
+        data = other.data.dict()
+        if data.get("podkit_cluster") != settings.cluster:
+            continue
+        if other not in state.active_hosts:
+            problems.append(
+                f"cluster {settings.cluster}: {other.name} is not in this run (it could not be reached, or --limit "
+                "left it out): a cluster converges as a whole; reach every node"
+            )
+            continue
+        try:
+            theirs = Settings.from_mapping(data)
+        except SettingsError:
+            problems.append(f"cluster {settings.cluster}: {other.name}'s data is refused (see its own line); fix it")
+            continue
+        members.append(Member(other.name, theirs, facts.pod_state(theirs, on=other)))
+    found = cluster_of(host.name, members)
+    found.problems[:0] = problems
+    return found
+
+
 def changed(paths_read: list[str]) -> bool:
     """Whether any of these files differs from what is on the host (a restart is due)."""
     sums = {f.path: f.sha256 for f in files.values()} | {paths.api_key: key_digest(key)}
@@ -116,17 +150,28 @@ if settings.role == "server":
     #    edge, orphaned engines) and take its deploy lock, in one command. Ctrl-C exits non-zero, saying what is left.
     interrupt.exit_nonzero_on_interrupt()
     pod = facts.pod_state(settings)
+    # A node of a cluster reads every other node too (once each), before anything changes anywhere.
+    cluster = the_cluster() if settings.cluster else None
+    follower = cluster is not None and not cluster.is_head
     package, found = choose_vllm(settings, pod)
 
-    # Plan before spending: checkpoint (FP8 if it helps), context, TP, parsers, disk.
-    launch = plan_host(settings, pod, prefer_fp8=settings.prefer_fp8, resolve=lambda m: from_hub(m, token=hf_token))
+    # Plan before spending: checkpoint (FP8 if it helps), context, TP (and PP across a cluster's nodes),
+    # parsers, disk.
+    launch = plan_host(
+        settings,
+        pod,
+        nodes=cluster.nnodes if cluster else 1,
+        prefer_fp8=settings.prefer_fp8,
+        resolve=lambda m: from_hub(m, token=hf_token),
+    )
     preflight.checks(
         name="Ensure the model, its context and its download fit this host before anything is installed",
         problems=pod.lock_problems()
         + host_problems(settings, pod, needs_install=found is None)
         + edge_problems(way)
-        + launch.problems,
-        summary="; ".join(filter(None, [launch.summary(), pod.lock_note()])),
+        + launch.problems
+        + (cluster.problems if cluster else []),
+        summary="; ".join(filter(None, [launch.summary(), cluster and cluster.summary(), pod.lock_note()])),
     )
 
     # 2. The volume (made the SSH user's with sudo if it is missing or root's), its folders, and vLLM
@@ -153,6 +198,7 @@ if settings.role == "server":
         group=pod.group,
         host_name=host.name,
         pod_id=host.data.get("runpod_pod_id"),
+        cluster=cluster,
     )
 
     # 3. Every cache on the volume, through one env file the launch script sources.
@@ -185,32 +231,49 @@ if settings.role == "server":
 
     # 6. The launch script, 7. the edge (Caddy: only /v1 with the key, /health; TLS when clients come
     #    in directly), 8. the idle watcher, and 9. what keeps them running: supervisord, or systemd units.
+    #    A cluster's follower runs vLLM headless for the head: no API, so no edge and no idle watcher.
     served = f"{launch.fetch.repo}@{launch.fetch.revision[:12]}" if launch.fetch else launch.model
-    managed(f"Ensure the launch script serves {served} as {settings.served_model_name} on 127.0.0.1 only", "launch")
-    managed("Ensure the edge script runs Caddy with the key from its file", "edge")
-    managed(
-        f"Ensure the Caddyfile lets only /v1 with the key and /health through port {settings.edge_port}"
-        + (f" (TLS: {way.tls})" if way.tls != "off" else ""),
-        "caddyfile",
-    )
-    # 8. The idle watcher: after podkit_idle_stop_minutes without a request it stops the pod (RunPod)
-    #    or the server (bare metal); at 0 it only keeps the idle time for podkit status.
-    idle_what = "the pod" if host.data.get("runpod_pod_id") else "the server"
-    managed("Ensure the idle watcher's program is current", "idle_script")
-    managed(
-        f"Ensure the idle watcher stops {idle_what} after {settings.idle_stop_minutes} minute"
-        + ("s" if settings.idle_stop_minutes != 1 else "")
-        + " without a request"
-        if settings.idle_stop_minutes
-        else "Ensure the idle watcher keeps the idle time and stops nothing (podkit_idle_stop_minutes = 0)",
-        "idle_config",
-    )
+    if follower:
+        managed(
+            f"Ensure the launch script runs rank {cluster.rank} of {cluster.name} headless for the head at "
+            f"{cluster.head}, serving {served}",
+            "launch",
+        )
+    else:
+        managed(f"Ensure the launch script serves {served} as {settings.served_model_name} on 127.0.0.1 only", "launch")
+        managed("Ensure the edge script runs Caddy with the key from its file", "edge")
+        managed(
+            f"Ensure the Caddyfile lets only /v1 with the key and /health through port {settings.edge_port}"
+            + (f" (TLS: {way.tls})" if way.tls != "off" else ""),
+            "caddyfile",
+        )
+        # 8. The idle watcher: after podkit_idle_stop_minutes without a request it stops the pod (RunPod)
+        #    or the server (bare metal); at 0 it only keeps the idle time for podkit status.
+        idle_what = "the pod" if host.data.get("runpod_pod_id") else "the server"
+        managed("Ensure the idle watcher's program is current", "idle_script")
+        managed(
+            f"Ensure the idle watcher stops {idle_what} after {settings.idle_stop_minutes} minute"
+            + ("s" if settings.idle_stop_minutes != 1 else "")
+            + " without a request"
+            if settings.idle_stop_minutes
+            else "Ensure the idle watcher keeps the idle time and stops nothing (podkit_idle_stop_minutes = 0)",
+            "idle_config",
+        )
     managed("Ensure the volume records what the plan predicts, for podkit status to check against vLLM's log", "plan")
 
-    # Restart what reads changed files (content: a mode put back changes nothing), or runs older files.
-    restart_vllm = changed(managed_files(settings)) or installed.will_change or not pod.serving_current_files()
-    restart_edge = changed(edge_files(settings)) or installed.will_change or not pod.edge_current_files()
-    restart_idle = changed(idle_files(settings)) or installed.will_change
+    # Restart what reads changed files (content: a mode put back changes nothing), or runs older files;
+    # a cluster's node also when another node restarts (its ranks start together).
+    restart_vllm = (
+        changed(managed_files(settings))
+        or installed.will_change
+        or not pod.serving_current_files()
+        or bool(cluster and cluster.peers_due())
+    )
+    restart_edge = not follower and (
+        changed(edge_files(settings)) or installed.will_change or not pod.edge_current_files()
+    )
+    restart_idle = not follower and (changed(idle_files(settings)) or installed.will_change)
+    programs = programs_for(settings, follower=follower)
     supervisor.legacy_runner(
         name="Ensure no runner from an older podkit holds the port",
         runner_script=paths.legacy_runner_script,
@@ -223,6 +286,8 @@ if settings.role == "server":
         EDGE_UNIT_NAME: ("edge_unit", EDGE_UNIT_PATH, restart_edge, pod.edge_unit or Unit(EDGE_UNIT_NAME)),
         IDLE_UNIT_NAME: ("idle_unit", IDLE_UNIT_PATH, restart_idle, pod.idle_unit or Unit(IDLE_UNIT_NAME)),
     }
+    if follower:  # vLLM's unit only
+        units = {UNIT_NAME: units[UNIT_NAME]}
     if systemd:
         supervisor.supervisord_stopped(
             name="Ensure no supervisord runs (systemd supervises vLLM and the edge)",
@@ -261,10 +326,12 @@ if settings.role == "server":
                     present=False,
                     as_root=pod.root,
                 )
-        conf = managed("Ensure supervisord's config runs vLLM, the edge and the idle watcher", "supervisord")
+        what = "vLLM (headless)" if follower else "vLLM, the edge and the idle watcher"
+        conf = managed(f"Ensure supervisord's config runs {what}", "supervisord")
         running = pod.supervisor_pid is not None
+        # A cluster's nodes reach this operation together: each starts its rank at the same step.
         supervisor.programs(
-            name="Ensure supervisord runs vLLM, the edge and the idle watcher from the current files",
+            name=f"Ensure supervisord runs {what} from the current files",
             config={**server_config(settings), "supervisord_log": paths.supervisord_log},
             running=running,
             programs=pod.programs,
@@ -272,22 +339,26 @@ if settings.role == "server":
             restart=[
                 name for name, due in (("vllm", restart_vllm), ("edge", restart_edge), ("idle", restart_idle)) if due
             ],
+            names=programs,
         )
         restarted = restart_vllm or conf.will_change or not running
 
     # 10. Readiness: vLLM answers on loopback and lists the served model (with the key), and the edge
     #    answers /health; with TLS from Caddy's CA, its root certificate is pinned on the controller.
-    if way.tls == "internal" and pod.ca_root:
+    #    A cluster's head answers only once every rank joined: its readiness is the cluster's.
+    if way.tls == "internal" and pod.ca_root and not follower:
         pin_ca(host.name, pod.ca_root)
-    vllm.endpoint(
-        name=f"Ensure vLLM answers and lists {settings.served_model_name} behind the edge on port {settings.edge_port}",
-        settings=settings,
-        ready=pod.ready(settings.served_model_name)
-        and pod.supervised(settings.supervisor)
-        and not restarted
-        and not restart_edge,
-        pin=way.tls == "internal" and not pod.ca_root,
-    )
+    if not follower:
+        vllm.endpoint(
+            name=f"Ensure vLLM answers and lists {settings.served_model_name} behind the edge on port "
+            f"{settings.edge_port}" + (f" (every rank of {cluster.name} joined)" if cluster else ""),
+            settings=settings,
+            ready=pod.ready(settings.served_model_name)
+            and pod.supervised(settings.supervisor)
+            and not restarted
+            and not restart_edge,
+            pin=way.tls == "internal" and not pod.ca_root,
+        )
 
 else:
     interrupt.exit_nonzero_on_interrupt()

@@ -16,6 +16,7 @@ import json
 import os
 import socket
 
+from gevent.lock import Semaphore
 from pyinfra import host, state
 from pyinfra.api import FactBase
 
@@ -54,6 +55,9 @@ class PodState(FactBase):
 
 
 _SNAPSHOTS: dict[tuple[int, str], HostState] = {}
+# pyinfra runs the deploy file for its hosts at once (gevent): one node's turn may ask for another
+# node's probe while that node's own turn is reading it; the second waits for the first's answer.
+_READING: dict[tuple[int, str], Semaphore] = {}
 
 
 def controller() -> dict[str, object]:
@@ -65,11 +69,16 @@ def controller() -> dict[str, object]:
     return {"host": socket.gethostname(), "pid": os.getpid(), "user": user}
 
 
-def pod_state(settings: Settings, extra_files: list[str] = ()) -> HostState:
-    """The probe's answer for the current host, read once per run (and the deploy lock, taken).
-    ``extra_files``: more files to sum (a router host's copies of its replicas' CA certificates)."""
-    key = (id(state), host.name)
-    if key not in _SNAPSHOTS:
-        config = json.dumps(probe_config(settings, controller=controller(), extra_files=extra_files), sort_keys=True)
-        _SNAPSHOTS[key] = host.get_fact(PodState, config=config)
+def pod_state(settings: Settings, extra_files: list[str] = (), on=None) -> HostState:
+    """The probe's answer for the current host (or host ``on``: another node of its cluster), read
+    once per run (and the deploy lock, taken). ``extra_files``: more files to sum (a router host's
+    copies of its replicas' CA certificates)."""
+    target = on or host
+    key = (id(state), target.name)
+    with _READING.setdefault(key, Semaphore()):
+        if key not in _SNAPSHOTS:
+            config = json.dumps(
+                probe_config(settings, controller=controller(), extra_files=extra_files), sort_keys=True
+            )
+            _SNAPSHOTS[key] = target.get_fact(PodState, config=config)
     return _SNAPSHOTS[key]

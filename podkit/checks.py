@@ -16,6 +16,7 @@ newline, so ``^...$`` let ``"NAME\\n"`` pass as a variable name.
 
 from __future__ import annotations
 
+import ipaddress
 import posixpath
 import re
 from collections.abc import Callable, Mapping
@@ -221,6 +222,28 @@ def optional_int(value: Any, key: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise SettingsError(f"{key} must be a positive integer or None, got {value!r}")
     return value
+
+
+def optional_rank(value: Any, key: str) -> int | None:
+    """A node's rank in a cluster (0 is the head), or None: from the host's NODE_RANK."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SettingsError(f"{key} must be a node rank (0 for the head, 1, 2, ...) or None, got {value!r}")
+    return value
+
+
+def optional_address(value: Any, key: str) -> str | None:
+    """An IPv4 or IPv6 address (no name: every node must agree on it without DNS), or None."""
+    if not value:
+        return None
+    try:
+        return str(ipaddress.ip_address(text(value, key)))
+    except ValueError:
+        raise SettingsError(
+            f"{key} must be an IP address such as '10.65.0.2' (the head's address on the nodes' "
+            f"private network), got {value!r}"
+        ) from None
 
 
 def parser(value: Any, key: str) -> str | None:

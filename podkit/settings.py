@@ -40,6 +40,8 @@ _KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16")
 SUPERVISORS = ("supervisord", "systemd")
 TLS_MODES = ("auto", "internal", "off")
 ROLES = ("server", "router")
+# How a cluster's ranks reach each other: vLLM's own multiprocessing runtime (no Ray), or Ray.
+DISTRIBUTED_BACKENDS = ("mp", "ray")
 # vllm-router's policies (vllm-router 0.1.17 --help), less kv_aware, which needs KV events from
 # every replica over ZMQ (a port podkit does not open between hosts).
 ROUTER_POLICIES = ("cache_aware", "consistent_hash", "round_robin", "power_of_two", "random", "sticky_least_loaded")
@@ -240,6 +242,44 @@ SETTINGS: tuple[Setting, ...] = (
         "unless load is uneven), `consistent_hash` (by the `X-Session-ID` header), `round_robin`, ...",
     ),
     Setting("podkit_router_package", "vllm-router==0.1.17", checks.pip_spec, "pinned pip spec of vLLM's router"),
+    # --- One model across several hosts ---
+    # The hosts with one podkit_cluster name serve one model together: tensor parallel within a
+    # node, pipeline parallel across nodes. Rank 0 is the head (its edge is the endpoint); the
+    # others run vLLM headless. On a RunPod Instant Cluster the rank and the head's private address
+    # come from the pod's own NODE_RANK and PRIMARY_ADDR; a static inventory gives them.
+    Setting(
+        "podkit_cluster",
+        None,
+        checks.optional_group,
+        "a name shared by the hosts that serve one model together (pipeline parallel across them); "
+        "`None` = this host serves alone",
+    ),
+    Setting(
+        "podkit_cluster_rank",
+        None,
+        checks.optional_rank,
+        "this node's rank in its cluster (0 = the head, which serves); `None` = the host's `NODE_RANK`",
+    ),
+    Setting(
+        "podkit_cluster_head",
+        None,
+        checks.optional_address,
+        "the head's address on the nodes' private network; `None` = the host's `PRIMARY_ADDR`",
+    ),
+    # vLLM's store binds every interface on this port; the workers' ports are bound to the
+    # private address. The README says what travels unencrypted.
+    Setting(
+        "podkit_cluster_port",
+        29501,
+        checks.port,
+        "the head's port for the ranks to meet on (`--master-port`; with Ray, Ray's GCS port)",
+    ),
+    Setting(
+        "vllm_distributed_backend",
+        "mp",
+        checks.choice(DISTRIBUTED_BACKENDS),
+        "how a cluster's ranks run: `mp` (vLLM's own, no Ray) or `ray` (podkit runs Ray on each node)",
+    ),
     # --- What is served, and how ---
     # A folder on the host needs a config.json.
     Setting(
@@ -272,6 +312,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("vllm_kv_cache_dtype", "auto", checks.choice(_KV_DTYPES), "`auto` or `fp8` (half the KV memory per token)"),
     # A number uses fewer GPUs (e.g. 2 of 4); it must divide the model's attention heads.
     Setting("vllm_tensor_parallel_size", None, checks.optional_int, "GPUs per server; `None` = every GPU on the host"),
+    # Across a cluster's nodes: each node holds a stage (a share of the layers) on its own GPUs.
+    Setting(
+        "vllm_pipeline_parallel_size",
+        None,
+        checks.optional_int,
+        "pipeline stages; `None` = one per node of the cluster (1 for a host that serves alone)",
+    ),
     Setting(
         "vllm_tool_call_parser",
         "auto",

@@ -176,6 +176,14 @@ def load_targets(inventory: str, host_names: tuple[str, ...] = ()) -> list[Targe
     """Every selected host with its endpoint and the key the deploy gave it (read-only commands)."""
     targets = []
     for host in load_hosts(inventory, host_names):
+        rank, cluster = host.settings.cluster_rank, host.settings.cluster
+        if cluster and rank:  # a follower runs vLLM headless: the cluster's endpoint is its head's
+            if host_names:
+                raise click.ClickException(
+                    f"{host.name}: rank {rank} of cluster {cluster} serves no API (its head, rank 0, does): "
+                    "name the head with --host"
+                )
+            continue
         try:
             key = read_key(project_path(host.settings.api_key_file))
         except ApiKeyError as exc:  # the host it was read for, the file and the fix: one line

@@ -155,9 +155,12 @@ def _print_plan(p, family_error: str | None) -> None:
         click.echo(f"{label:<20} {value}")
     for stage in p.stages:
         click.echo(
-            f"  stage {stage['stage']}: {stage['layers']} layers, {stage['weights_gib']} GiB of weights per GPU, "
-            f"KV cache {stage['available_kv_cache_gib']} GiB = {stage['kv_cache_tokens']} tokens"
+            f"  stage {stage.stage}: {stage.layers} layers, {stage.weights_gib} GiB of weights per GPU, "
+            f"KV cache {stage.available_kv_cache_gib} GiB = {stage.kv_cache_tokens} tokens"
         )
+    if p.stages:
+        smallest = min(p.stages, key=lambda stage: stage.kv_cache_tokens)
+        click.echo(f"  KV cache tokens: {p.kv_cache_tokens}, the minimum over the stages (stage {smallest.stage})")
     verdict = click.style("FITS", fg="green") if p.fits else click.style("DOES NOT FIT", fg="red")
     click.echo(f"\n{verdict}: {p.reason}")
     for suggestion in p.suggestions:

@@ -223,6 +223,32 @@ class NetnsPod:
             return -1
 
 
+def client_key(path: Path) -> Path:
+    """A new SSH client key pair at ``path`` (and ``path``.pub), for logging in to stand-in pods."""
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return Path(path)
+
+
+def private_link(pods: list[NetnsPod], subnet: int) -> list[str]:
+    """A private network between pods (a cluster's nodes), apart from their links to this side:
+    pod ``i`` gets ``10.<subnet>.0.<i+1>`` on its interface ``<name>-x``. Two pods: one veth pair
+    between their namespaces. Returns the addresses, in the order of ``pods``. Idempotent; it goes
+    with the namespaces (:meth:`NetnsPod.destroy`)."""
+    if len(pods) != 2:
+        raise ValueError("private_link joins two pods (a veth pair)")
+    a, b = pods
+    for pod in pods:
+        pod.ensure_namespace()
+    names = [f"{pod.name}-x" for pod in pods]
+    addresses = [f"10.{subnet}.0.{index + 1}" for index in range(len(pods))]
+    if names[0] not in _ip("-n", a.name, "-o", "link", "show").stdout:
+        _ip("link", "add", names[0], "netns", a.name, "type", "veth", "peer", "name", names[1], "netns", b.name)
+        for pod, name, address in zip(pods, names, addresses):
+            _ip("-n", pod.name, "addr", "add", f"{address}/24", "dev", name)
+            _ip("-n", pod.name, "link", "set", name, "up")
+    return addresses
+
+
 def stand_in_inventory(folder: Path, box, client_key: Path, port: int = 8000) -> Path:
     """The real ``inventories/runpod.py``, copied into ``folder`` beside a ``group_data/runpod.py``
     that serves the sandbox ``box``'s tiny model with the sandbox's CPU settings, its edge on every

@@ -50,13 +50,14 @@ def gpu_host(gpus=1, name="NVIDIA H100 80GB HBM3", cap="9.0", free=100 * 10**9) 
     )
 
 
-def host_plan(hub, model, state, token=None, **data):
-    """The deploy's plan for ``model`` on ``state``, resolved against the local ``hub``."""
+def host_plan(hub, model, state, token=None, nodes=1, **data):
+    """The deploy's plan for ``model`` on ``state`` (one of ``nodes`` alike nodes), resolved against the local ``hub``."""
     api = HfApi(endpoint=hub.url, token=token or False)
     chosen = settings(**{"vllm_model": model, "vllm_max_model_len": 8192, **data})
     return plan_host(
         chosen,
         state,
+        nodes=nodes,
         prefer_fp8=chosen.prefer_fp8,
         resolve=lambda m: from_hub(m, api=api),
         fp8_search=lambda ck: find_fp8_alternative(ck, api=api),

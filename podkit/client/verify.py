@@ -358,7 +358,19 @@ class Verifier:
             return False, "could not read the running vLLM's /openapi.json on the host", Outcome.ERROR
         else:
             routes = sorted({r for r in info.routes if not r.startswith("/v1/")} | FASTAPI_ROUTES)
-        wide = [f"{a['address']}:{a['port']}" for a in info.vllm_listens or [] if not is_loopback(a["address"])]
+        # a cluster's head: vLLM's store takes the meeting port on every address (vLLM offers no way to
+        # bind it to one) and the ranks' own ports take the private address; nothing else may be wide
+        master = (info.flag("--master-addr"), info.flag("--master-port")) if info.flag("--nnodes") else None
+        ranks = [
+            a
+            for a in info.vllm_listens or []
+            if master and (a["address"] == master[0] or str(a["port"]) == master[1]) and not is_loopback(a["address"])
+        ]
+        wide = [
+            f"{a['address']}:{a['port']}"
+            for a in info.vllm_listens or []
+            if not is_loopback(a["address"]) and a not in ranks
+        ]
         if wide:
             what = "the router" if info.router is not None else "vLLM"
             return False, f"{what} listens on {', '.join(wide)}: clients can bypass the edge", Outcome.EXPOSED
@@ -378,7 +390,13 @@ class Verifier:
                 "re-apply so the edge owns the port",
                 Outcome.EXPOSED,
             )
-        return True, f"{len(routes) - ('/health' in routes)} routes beside /v1 refused without the key", Outcome.OK
+        refused = f"{len(routes) - ('/health' in routes)} routes beside /v1 refused without the key"
+        if ranks:
+            refused += (
+                f"; the cluster's ranks listen on {len(ranks)} port{'s' if len(ranks) != 1 else ''} of {master[0]} "
+                f"and port {master[1]} (keep them off the internet)"
+            )
+        return True, refused, Outcome.OK
 
     def _read_host(self) -> tuple[ServerInfo, float]:
         start = time.monotonic()

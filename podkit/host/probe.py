@@ -31,11 +31,15 @@ _HEREDOC = "PODKIT_PODCTL_EOF"
 # what supervisord runs: the server, the edge, the idle watcher; on a router host, the router and the edge
 PROGRAMS = ("vllm", "edge", "idle")
 ROUTER_PROGRAMS = ("router", "edge")
+# a cluster's follower (rank 1, 2, ...) runs vLLM headless: no API, so no edge and no idle watcher
+FOLLOWER_PROGRAMS = ("vllm",)
 
 
-def programs_for(settings: Settings) -> tuple[str, ...]:
-    """The programs supervisord runs on this host."""
-    return ROUTER_PROGRAMS if settings.role == "router" else PROGRAMS
+def programs_for(settings: Settings, follower: bool = False) -> tuple[str, ...]:
+    """The programs supervisord runs on this host (``follower``: a cluster node other than the head)."""
+    if settings.role == "router":
+        return ROUTER_PROGRAMS
+    return FOLLOWER_PROGRAMS if follower else PROGRAMS
 
 
 class ProbeError(RuntimeError):
@@ -119,6 +123,8 @@ def probe_config(
         + list(extra_files),
         "dirs": sorted(paths.directories(router=settings.role == "router")),
         "model_dir": model if local else None,
+        # a cluster's node: how it reaches the head (the Instant Cluster variables stand in for data)
+        **({"cluster": {"head": settings.cluster_head, "port": settings.cluster_port}} if settings.cluster else {}),
     }
 
 
@@ -296,6 +302,8 @@ class HostState:
     ca_root: str | None = None  # the edge CA's root certificate (PEM), once Caddy made it
     legacy_runner: int | None = None  # podkit's own runner from before supervisord, still running
     supervisord_left: int | None = None  # with systemd chosen: a supervisord still running from before
+    #: a cluster node's way to its head: {"env", "head", "address", "interface", "local", "gateway", "error"}
+    cluster: dict[str, Any] | None = None
     unreadable: str | None = None
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
@@ -396,7 +404,8 @@ class HostState:
         """The chosen supervisor is up (supervisord's process, or the units starting or active)
         and runs every program, vLLM, the edge and the idle watcher (none FATAL or stopped)."""
         if supervisor == "systemd":
-            return all(unit is not None and unit.up for unit in (self.unit, self.edge_unit, self.idle_unit))
+            units = {"vllm": self.unit, "router": self.unit, "edge": self.edge_unit, "idle": self.idle_unit}
+            return all(units.get(name) is not None and units[name].up for name in programs)
         return self.supervisor_pid is not None and all(
             self.programs.get(name) in ("RUNNING", "STARTING", "BACKOFF") for name in programs
         )
@@ -484,5 +493,6 @@ def parse_probe(output: str) -> HostState:
         modes=data.get("modes") or {},
         orphans=data.get("orphans") or [],
         lock=data.get("lock"),
+        cluster=data.get("cluster"),
         raw=data,
     )

@@ -44,6 +44,7 @@ import jinja2
 
 from podkit import PROJECT_ROOT
 from podkit.client.targets import WayIn, host_address
+from podkit.host.cluster import Cluster
 from podkit.host.probe import edge_files, managed_files
 from podkit.host.router import Replica, router_argv
 from podkit.host.startup import plan_record
@@ -197,9 +198,10 @@ def edge_sites(settings: Settings, way: WayIn) -> EdgeSites:
     return EdgeSites(sites, bind, sni, way.tls)
 
 
-def serve_argv(settings: Settings, vllm_bin: str, launch: HostPlan) -> list[str]:
+def serve_argv(settings: Settings, vllm_bin: str, launch: HostPlan, cluster: Cluster | None = None) -> list[str]:
     """The ``vllm serve`` command line: data, with the preflight plan's choices (checkpoint,
-    context length, TP size, parsers). Holds no secret: the key travels in VLLM_API_KEY."""
+    context length, TP size, parsers) and a cluster node's place in it (PP, rank, the head).
+    Holds no secret: the key travels in VLLM_API_KEY."""
     argv = [
         vllm_bin,
         "serve",
@@ -219,6 +221,10 @@ def serve_argv(settings: Settings, vllm_bin: str, launch: HostPlan) -> list[str]
         "--tensor-parallel-size",
         str(launch.tensor_parallel_size),
     ]
+    if cluster is not None:
+        argv += cluster.launch_args()
+    elif launch.pipeline_parallel_size > 1:
+        argv += ["--pipeline-parallel-size", str(launch.pipeline_parallel_size)]
     if launch.tool_call_parser:
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", launch.tool_call_parser]
     if launch.reasoning_parser:
@@ -252,7 +258,7 @@ class _Renderer:
     def file(self, path: str, template: str, mode: str, **values) -> RenderedFile:
         return RenderedFile(path, self.env.get_template(template).render(**values), mode)
 
-    def launch(self, argv: list[str], package: str, router: bool) -> RenderedFile:
+    def launch(self, argv: list[str], package: str, router: bool, cluster: Cluster | None = None) -> RenderedFile:
         s, paths = self.settings, self.paths
         return self.file(
             paths.launch_script,
@@ -270,6 +276,9 @@ class _Renderer:
             stopped_marker=paths.stopped_marker,
             summed=managed_files(s),
             argv_groups=argv_groups(argv, head=1 if router else 3),
+            cluster=cluster.name if cluster else None,
+            rank=cluster.rank if cluster else None,
+            roster=cluster.roster() if cluster else [],
         )
 
     def edge(self) -> RenderedFile:
@@ -340,19 +349,28 @@ def host_files(
     group: str | None = None,
     host_name: str = "",
     pod_id: str | None = None,
+    cluster: Cluster | None = None,
 ) -> dict[str, RenderedFile]:
     """Every file podkit writes on one host, keyed by role: the env file, the launch script, the
     edge's script and Caddyfile, the idle watcher and its config, and what supervises them:
     ``supervisord.conf``, or with ``podkit_supervisor = "systemd"`` three units (run as
     ``user``:``group``, the SSH user's). ``pod_id``: the RunPod pod the host is (the watcher
-    stops the pod, not the server)."""
+    stops the pod, not the server). ``cluster``: the host is a node of one (a follower gets the
+    env file, the launch script, the plan and vLLM's supervision only: it serves no API)."""
     r = _Renderer(settings, templates)
     paths, rendered = settings.paths, r.file
-    # the server reads only what is on the volume: a restart never touches the network
-    server_env = {**paths.cache_env(), "HF_HUB_OFFLINE": "1", **settings.extra_env}
+    # the server reads only what is on the volume: a restart never touches the network; a cluster
+    # node's private address and interface come last (they win over vllm_extra_env's)
+    server_env = {
+        **paths.cache_env(),
+        "HF_HUB_OFFLINE": "1",
+        **settings.extra_env,
+        **(cluster.env() if cluster else {}),
+    }
+    argv = serve_argv(settings, vllm_bin, launch, cluster)
     files = {
         "env": rendered(paths.env_file, "env.sh.j2", "644", env=server_env),
-        "launch": r.launch(serve_argv(settings, vllm_bin, launch), str(package), router=False),
+        "launch": r.launch(argv, str(package), router=False, cluster=cluster),
         "edge": r.edge(),
         "caddyfile": r.caddyfile(way, host_name, hops=[]),
         "idle_script": RenderedFile(paths.idle_script, idle_source(), "644"),
@@ -362,6 +380,10 @@ def host_files(
         ),
     }
     python = f"{paths.venv}/bin/python"
+    follower = cluster is not None and not cluster.is_head
+    if follower:
+        for role in ("edge", "caddyfile", "idle_script", "idle_config"):
+            del files[role]
     if settings.supervisor == "systemd":
         common = {"user": user or "root", "group": group or "root"}
         files["unit"] = rendered(
@@ -376,6 +398,8 @@ def host_files(
             stop_timeout=60,
             **common,
         )
+        if follower:
+            return files
         files["edge_unit"] = rendered(
             paths.edge_unit_copy,
             "podkit-edge.service.j2",
@@ -398,14 +422,13 @@ def host_files(
             **common,
         )
         return files
-    files["supervisord"] = r.supervisord(
-        [
-            # stop: the launch script's own 60 s for vLLM plus 10 s for its group
-            r.program("vllm", [paths.launch_script], paths.log_file, START_SECONDS, 70),
-            r.program("edge", [paths.edge_script], paths.edge_log, 2, 10),
-            r.program("idle", [python, paths.idle_script, paths.idle_config], paths.idle_log, 2, 5),
-        ]
-    )
+    programs = [
+        # stop: the launch script's own 60 s for vLLM plus 10 s for its group
+        r.program("vllm", [paths.launch_script], paths.log_file, START_SECONDS, 70),
+        r.program("edge", [paths.edge_script], paths.edge_log, 2, 10),
+        r.program("idle", [python, paths.idle_script, paths.idle_config], paths.idle_log, 2, 5),
+    ]
+    files["supervisord"] = r.supervisord(programs[:1] if follower else programs)
     return files
 
 

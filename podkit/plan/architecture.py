@@ -31,6 +31,9 @@ class Architecture:
     experts_per_token: int = 0  # top-k
     moe_intermediate_size: int = 0  # one expert's
     shared_intermediate_size: int = 0  # shared experts, run densely on every token
+    dense_layers: int = 0  # MoE models whose first layers have a dense MLP (DeepSeek's first_k_dense_replace)
+    dense_intermediate_size: int = 0  # those layers' MLP width
+    tied_embeddings: bool = False  # the LM head is the embedding matrix (one copy in the checkpoint)
 
     @property
     def is_moe(self) -> bool:
@@ -63,6 +66,7 @@ class Architecture:
             vocab_size=int(c.get("vocab_size") or 32000),
             # unknown: no limit from the model (vLLM then takes the tokenizer's or the user's)
             max_position_embeddings=int(c.get("max_position_embeddings") or 1 << 30),
+            tied_embeddings=bool(c.get("tie_word_embeddings", False)),
         )
         if routed > 1 and experts:  # gpt-oss names one expert's width intermediate_size
             common.update(
@@ -70,6 +74,8 @@ class Architecture:
                 experts_per_token=experts,
                 moe_intermediate_size=moe_inter or int(c.get("intermediate_size") or 0),
                 shared_intermediate_size=shared,
+                dense_layers=min(layers, int(c.get("first_k_dense_replace") or 0)),
+                dense_intermediate_size=int(c.get("intermediate_size") or 0),
             )
         if c.get("kv_lora_rank"):
             return cls(
@@ -119,6 +125,20 @@ class Architecture:
                 **common,
             )
         return cls("standard", attention_layers=layers, full_attention_layers=layers, **common)
+
+    def layer_parameters(self) -> list[int]:
+        """Each decoder layer's parameters, estimated from the config (attention as grouped-query
+        attention; an MLP of three matrices; a MoE layer's every expert, shared experts and router):
+        what a pipeline stage's share of the checkpoint is weighed by. A MoE model's first
+        ``dense_layers`` are far lighter than the rest (DeepSeek-V2-Lite: 81M against 585M)."""
+        hidden = self.hidden_size
+        attention = hidden * self.head_dim * 2 * (self.num_attention_heads + self.num_kv_heads)
+        if not self.is_moe:
+            return [attention + 3 * hidden * self.intermediate_size] * self.num_layers
+        experts = self.num_experts * (3 * hidden * self.moe_intermediate_size + hidden)
+        moe = attention + experts + 3 * hidden * self.shared_intermediate_size
+        dense = attention + 3 * hidden * self.dense_intermediate_size
+        return [dense] * self.dense_layers + [moe] * (self.num_layers - self.dense_layers)
 
     def kv_bytes_per_token(self, tp: int, kv_dtype_bytes: int, layers: int | None = None) -> int:
         """KV bytes one token costs on one GPU, over ``layers`` (default: every attention layer)."""

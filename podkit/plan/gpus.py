@@ -39,9 +39,13 @@ def supports_fp8(compute_capability: str | None) -> bool:
 def gpu_by_name(name: str) -> tuple[str, float, str]:
     """Match a card name loosely (``h100``, ``NVIDIA H100 80GB HBM3``, ``rtx pro 6000``)."""
     wanted = _norm(name)
-    for card, (memory, capability) in GPUS.items():
-        if _norm(card) in wanted or wanted in _norm(card):
-            return card, memory, capability
+    exact = [card for card in GPUS if _norm(card) == wanted]
+    # the longest card name inside the one given (``L40S`` before ``L40``, never ``L4`` for an L40S),
+    # then a card named in full by a shorter one (``h100`` is the H100 80GB)
+    inside = sorted((card for card in GPUS if _norm(card) in wanted), key=lambda card: -len(_norm(card)))
+    for card in exact or inside or [card for card in GPUS if wanted in _norm(card)]:
+        memory, capability = GPUS[card]
+        return card, memory, capability
     raise PlanError(f"unknown GPU {name!r}; known: {', '.join(GPUS)}; or give --gpu-memory-gib")
 
 

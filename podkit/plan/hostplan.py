@@ -57,21 +57,27 @@ class HostPlan:
     plan: Plan | None = None
     problems: list[str] = field(default_factory=list)
     config: dict = field(default_factory=dict)  # the served checkpoint's config.json (its architecture)
+    pipeline_parallel_size: int = 1  # stages: one per node of a cluster unless vllm_pipeline_parallel_size says
 
     def summary(self) -> str:
         p = self.plan
         parts = [f"serves {self.fetch.repo}@{self.fetch.revision[:12]}" if self.fetch else f"serves {self.model}"]
+        pipeline = f"PP {self.pipeline_parallel_size}" if self.pipeline_parallel_size > 1 else None
         if p is not None and p.kv_cache_tokens is not None:
             parts.append(
                 f"{p.kv_cache_tokens} KV tokens, max_model_len {p.max_model_len} "
-                f"({p.max_concurrency}x), TP {self.tensor_parallel_size}"
+                f"({p.max_concurrency}x), TP {self.tensor_parallel_size}" + (f" x {pipeline}" if pipeline else "")
             )
+        elif pipeline:
+            parts.append(pipeline)
         parts.append(f"parser {self.tool_call_parser or 'none'}")
         note = context_note(p.max_model_len if p is not None else self.max_model_len)
         return "; ".join(parts + ([note] if note else []))
 
 
-def hardware_of(state: HostState) -> Hardware | None:
+def hardware_of(state: HostState, nodes: int = 1) -> Hardware | None:
+    """The GPUs one server runs on: this host's, times ``nodes`` when a cluster's nodes (each
+    alike, which the preflight checks) serve it together."""
     if not state.gpus:
         return None
     first = state.gpus[0]
@@ -79,7 +85,7 @@ def hardware_of(state: HostState) -> Hardware | None:
         _, memory, capability = gpu_by_name(first.name)
     except PlanError:  # an unknown card: what nvidia-smi says, less what the driver keeps
         memory, capability = first.memory_mib / 1024 - 0.5, None
-    return Hardware(first.name, memory, len(state.gpus), first.compute_capability or capability)
+    return Hardware(first.name, memory, len(state.gpus) * nodes, first.compute_capability or capability)
 
 
 def vllm_version_for(settings: Settings, state: HostState) -> str:
@@ -133,17 +139,23 @@ def plan_host(
     settings: Settings,
     state: HostState,
     *,
+    nodes: int = 1,
     prefer_fp8: bool = True,
     resolve: Callable[[str], Checkpoint] = from_hub,
     fp8_search: Callable[[Checkpoint], Checkpoint | None] = find_fp8_alternative,
 ) -> HostPlan:
-    hardware = hardware_of(state)
+    """The plan for ``state``'s host, serving alone or as one of ``nodes`` alike nodes of a cluster:
+    tensor parallel within a node (every GPU of the host unless vllm_tensor_parallel_size says),
+    pipeline parallel across the nodes (one stage each unless vllm_pipeline_parallel_size says)."""
+    hardware = hardware_of(state, nodes)
+    pipeline = settings.pipeline_parallel_size or nodes
     result = HostPlan(
         model=settings.model,
         max_model_len=settings.max_model_len,
-        tensor_parallel_size=settings.tensor_parallel_size or max(len(state.gpus), 1),
+        tensor_parallel_size=settings.tensor_parallel_size or max(len(state.gpus) * nodes // pipeline, 1),
         tool_call_parser=None if settings.tool_call_parser == AUTO else settings.tool_call_parser,
         reasoning_parser=None if settings.reasoning_parser == AUTO else settings.reasoning_parser,
+        pipeline_parallel_size=pipeline,
     )
     record = state.checkpoint if state.checkpoint and state.checkpoint.get("complete") else None
     try:
@@ -205,6 +217,7 @@ def plan_host(
             cached_bytes=state.hub_repos,
             family=family,
             vllm_version=version,
+            pipeline_parallel_size=pipeline,
             max_num_seqs=int_flag(settings.extra_args, "--max-num-seqs"),
             max_num_batched_tokens=int_flag(settings.extra_args, "--max-num-batched-tokens"),
         )

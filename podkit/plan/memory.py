@@ -206,6 +206,20 @@ def warmup_fixes(
     return out
 
 
+@dataclass(frozen=True)
+class Stage:
+    """One pipeline stage, per GPU of its tensor-parallel group."""
+
+    stage: int  # its rank in the pipeline, 0 first
+    layers: int  # decoder layers it holds
+    weights_gib: float
+    activation_gib: float
+    available_kv_cache_gib: float
+    kv_bytes_per_token: int  # over its own layers
+    kv_cache_tokens: int
+    max_context: int  # the longest context its KV cache would hold
+
+
 @dataclass
 class MemoryPlan:
     weights_gib_per_gpu: float
@@ -223,7 +237,7 @@ class MemoryPlan:
     suggestions: list[str] = field(default_factory=list)
     pipeline_parallel_size: int = 1
     #: with pipeline parallel, each stage's layers, weights, KV memory and tokens (the pool is the smallest)
-    stages: list[dict[str, Any]] = field(default_factory=list)
+    stages: list[Stage] = field(default_factory=list)
     max_num_seqs: int = 256
     #: what the warm-up after KV sizing needs outside the budget (graphs + sampler), and the room there
     warmup_gib: float = 0.0
@@ -251,6 +265,29 @@ def stage_layers(num_layers: int, pp: int) -> list[int]:
     for index in range(2, num_layers % pp + 2):
         share[-index] += 1
     return share
+
+
+def stage_weights_gib(
+    arch: Architecture, weight_bytes: int, tp: int, split: list[int], runtime_fp8: bool
+) -> list[float]:
+    """Each pipeline stage's weights per GPU, placed as vLLM places them: the embedding on the first
+    stage, the LM head on the last (a tied head too: the last stage holds its own copy of the
+    embedding), and the rest of the checkpoint over the decoder layers by their estimated parameters
+    (:meth:`Architecture.layer_parameters`: DeepSeek's dense first layer weighs a seventh of a MoE
+    one). The embedding and the head count 2 bytes a parameter (bf16 in an FP8 checkpoint too; runtime
+    FP8 leaves them so) and are split by TP as the decoder layers are."""
+    matrix = arch.vocab_size * arch.hidden_size * 2
+    decoder = weight_bytes - (1 if arch.tied_embeddings else 2) * matrix
+    if decoder <= 0:  # a checkpoint smaller than its config's embeddings (a test model): by layers alone
+        matrix, decoder = 0, weight_bytes
+    if runtime_fp8:
+        decoder /= 2
+    params = arch.layer_parameters()
+    bounds = [sum(split[:index]) for index in range(len(split) + 1)]
+    return [
+        (decoder * sum(params[start:end]) / sum(params) + matrix * ((start == 0) + (end == arch.num_layers))) / tp / GIB
+        for start, end in zip(bounds, bounds[1:])
+    ]
 
 
 def plan_memory(
@@ -310,13 +347,14 @@ def plan_memory(
     available = gpu_memory_gib * gpu_memory_utilization - weights / GIB - activation - non_torch - graphs
     tokens = max(0, math.floor(available * GIB / kv_bytes / BLOCK) * BLOCK) if available > 0 else 0
     capacity = _context_capacity(arch, available, tp, DTYPE_BYTES[kv_cache_dtype])
-    stages: list[dict[str, Any]] = []
+    stages: list[Stage] = []
     if pp > 1:
         split = stage_layers(arch.num_layers, pp)
-        for index, layers in enumerate(split):
+        for index, (layers, stage_weights) in enumerate(
+            zip(split, stage_weights_gib(arch, weight_bytes, tp, split, runtime_fp8))
+        ):
             share = layers / arch.num_layers
             attention = max(1, round(arch.attention_layers * share))
-            stage_weights = weights * share / GIB
             stage_activation = ov.stage_activation_gib(arch, tp, last=index == len(split) - 1)
             budget = gpu_memory_gib * gpu_memory_utilization - stage_activation - non_torch - graphs
             stage_available = budget - stage_weights
@@ -329,26 +367,26 @@ def plan_memory(
                 arch, stage_available * arch.attention_layers / attention, tp, DTYPE_BYTES[kv_cache_dtype]
             )
             stages.append(
-                {
-                    "stage": index,
-                    "layers": layers,
-                    "weights_gib": round(stage_weights, 2),
-                    "activation_gib": round(stage_activation, 2),
-                    "available_kv_cache_gib": round(stage_available, 2),
-                    "kv_bytes_per_token": stage_kv,
-                    "kv_cache_tokens": stage_tokens,
-                    "max_context": stage_capacity,
-                }
+                Stage(
+                    stage=index,
+                    layers=layers,
+                    weights_gib=round(stage_weights, 2),
+                    activation_gib=round(stage_activation, 2),
+                    available_kv_cache_gib=round(stage_available, 2),
+                    kv_bytes_per_token=stage_kv,
+                    kv_cache_tokens=stage_tokens,
+                    max_context=stage_capacity,
+                )
             )
-        limiting = min(stages, key=lambda stage: stage["kv_cache_tokens"])
-        weights = weights * max(stage["layers"] for stage in stages) / arch.num_layers
-        activation = max(stage["activation_gib"] for stage in stages)
+        limiting = min(stages, key=lambda stage: stage.kv_cache_tokens)
+        weights = max(stage.weights_gib for stage in stages) * GIB
+        activation = max(stage.activation_gib for stage in stages)
         available, tokens, kv_bytes = (
-            limiting["available_kv_cache_gib"],
-            limiting["kv_cache_tokens"],
-            limiting["kv_bytes_per_token"],
+            limiting.available_kv_cache_gib,
+            limiting.kv_cache_tokens,
+            limiting.kv_bytes_per_token,
         )
-        capacity = min(stage["max_context"] for stage in stages)
+        capacity = min(stage.max_context for stage in stages)
     fit_len = min(capacity, arch.max_position_embeddings)
     wanted = fit_len if max_model_len == "auto" else int(max_model_len)
     if available <= 0:
@@ -531,7 +569,7 @@ class Plan:
     suggestions: tuple[str, ...]
     tensor_parallel_size: int
     pipeline_parallel_size: int = 1
-    stages: tuple[dict[str, Any], ...] = ()  # per pipeline stage (the KV pool is the smallest's)
+    stages: tuple[Stage, ...] = ()  # per pipeline stage (the KV pool is the smallest's)
     max_num_seqs: int | None = None
     warmup_gib: float | None = None  # needed outside the budget after KV sizing
     warmup_room_gib: float | None = None  # left there
@@ -540,7 +578,7 @@ class Plan:
         """Plain JSON-ready data: nested dicts, lists; no overheads on a host without GPUs."""
         out = asdict(self)
         out["download_files"], out["suggestions"] = list(self.download_files), list(self.suggestions)
-        out["stages"] = [dict(stage) for stage in self.stages]
+        out["stages"] = list(out["stages"])
         if self.activation_gib is None:
             for key in _GPU_ONLY:
                 del out[key]
@@ -621,9 +659,9 @@ def make_plan(
     if memory is not None:
         verdict = dict(
             memory.as_dict(),
+            stages=tuple(memory.stages),
             tensor_parallel_size=tensor_parallel_size or max(1, hardware.gpu_count // pipeline_parallel_size),
         )
-        verdict["stages"] = tuple(verdict["stages"])
     else:
         verdict = dict.fromkeys(
             (
@@ -642,6 +680,7 @@ def make_plan(
             suggestions=[],
             max_model_len=None if max_model_len == "auto" else max_model_len,
             tensor_parallel_size=1,
+            pipeline_parallel_size=pipeline_parallel_size,
         )
     if disk_fits is False:
         need = (missing + DISK_HEADROOM_BYTES) / 1e9

@@ -46,8 +46,13 @@ class Applied:
     def results(self) -> dict[str, Any]:
         return json.loads(self.stdout)["results"] if self.stdout.strip() else {}
 
-    def changed(self) -> list[str]:
-        return [op["name"] for op in self.results.get("operations", []) if op["success"]]
+    def changed(self, host: str | None = None) -> list[str]:
+        """The operations that changed something (on ``host`` only, when given)."""
+        return [
+            op["name"]
+            for op in self.results.get("operations", [])
+            if op["success"] and (host is None or host in op["success"])
+        ]
 
     def unchanged(self) -> list[str]:
         return [op["name"] for op in self.results.get("operations", []) if op["no_change"]]

@@ -31,7 +31,7 @@ import pytest
 
 from podkit import PROJECT_ROOT
 from podkit.sandbox.sshd import PrivateSshd, free_port
-from testing.netpods import NetnsPod, copy_volume
+from testing.netpods import NetnsPod, client_key, copy_volume
 
 pytestmark = [
     pytest.mark.e2e,
@@ -46,8 +46,7 @@ class Fleet:
         self.pod = pod
         self.root = root
         self.state = root / "state"
-        self.client_key = root / "client"
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.client_key)], check=True)
+        self.client_key = client_key(root / "client")
         self.replicas: dict[str, NetnsPod] = {}
         self.addresses: dict[str, object] = {}
         self.router_sshd = PrivateSshd(root / "router-sshd")
@@ -165,10 +164,6 @@ class Fleet:
         self.router_sshd.stop()
 
 
-def op_changes(applied, host):
-    return [op["name"] for op in applied.results.get("operations", []) if host in op["success"]]
-
-
 def served_by(fleet: Fleet, before: dict[str, float]) -> list[str]:
     after = fleet.served()
     return [name for name in after if after[name] > before.get(name, 0)]
@@ -191,10 +186,10 @@ def fleet(pod, tmp_path_factory):
 def test_one_apply_puts_two_replicas_behind_the_router_and_requests_reach_both(fleet):
     applied = fleet.apply()
     assert applied.rc == 0, applied.stderr[-4000:]
-    changed = op_changes(applied, "router")
+    changed = applied.changed("router")
     assert any("vllm-router==" in name for name in changed), changed  # installed from PyPI into its venv
     assert any("trusts exactly each replica's pinned edge CA" in name for name in changed), changed
-    assert op_changes(applied, "sandbox") == []  # a serving host joins a fleet unchanged
+    assert applied.changed("sandbox") == []  # a serving host joins a fleet unchanged
     caddyfile = (fleet.router_volume / "podkit" / "bin" / "Caddyfile").read_text()
     assert f"reverse_proxy http://127.0.0.1:{fleet.pod.box.host_data()['podkit_edge_port']}" in caddyfile
     b = fleet.replicas["rpb"]
@@ -260,7 +255,7 @@ def test_a_dead_replica_is_routed_around_and_a_moved_one_is_picked_up_by_a_reapp
     fleet.write_inventory()
     applied = fleet.apply()
     assert applied.rc == 0, applied.stderr[-4000:]
-    changed = op_changes(applied, "router")
+    changed = applied.changed("router")
     assert any("Caddyfile" in name for name in changed), changed
     assert fleet.router_pid() == router_pid  # the router's list (loopback hops) is the same: it kept running
     assert (
@@ -299,5 +294,5 @@ def test_a_converged_fleet_costs_one_remote_command_per_host(fleet):
     before = {name: len(sshd.sessions()) for name, sshd in sshds.items()}
     applied = fleet.apply()
     assert applied.rc == 0, applied.stderr[-3000:]
-    assert all(not op_changes(applied, host) for host in sshds), applied.stdout[-3000:]
+    assert all(not applied.changed(host) for host in sshds), applied.stdout[-3000:]
     assert {name: len(sshd.sessions()) - before[name] for name, sshd in sshds.items()} == {name: 1 for name in sshds}

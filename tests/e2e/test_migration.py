@@ -51,11 +51,6 @@ PORT = 8000
 B_ID, B_KEY = "podb000000001", "rp-pod-scoped-key-b"  # pod B's id and its pod-scoped key
 
 
-def op_changes(applied, host):
-    """Names of the operations that changed ``host`` in a pyinfra --json run."""
-    return [op["name"] for op in applied.results.get("operations", []) if host in op["success"]]
-
-
 def op_errors(applied, host):
     return [op["name"] for op in applied.results.get("operations", []) if host in op["error"]]
 
@@ -169,7 +164,7 @@ def test_pods_are_found_deployed_and_verified(fleet):
         for item in pod["env"]:
             assert item.split("=", 1)[1] not in applied.stdout + applied.stderr
     for host in ("coder-a", "coder-b"):
-        changed = op_changes(applied, host)
+        changed = applied.changed(host)
         assert not any("is installed" in name for name in changed), changed  # the venv on the volume is used
         assert any("supervisord runs vLLM" in name for name in changed), changed
     verify = fleet.verify()
@@ -185,7 +180,7 @@ def test_a_second_pod_keeps_working_while_the_first_is_unreachable(fleet):
     fleet.pods["pka"].stop()  # RunPod stops pod A: its processes die; the API still lists the old address
     applied = fleet.apply()
     assert applied.rc == 1  # one host failed
-    assert op_errors(applied, "coder-b") == [] and op_changes(applied, "coder-b") == []
+    assert op_errors(applied, "coder-b") == [] and applied.changed("coder-b") == []
     assert "coder-a" in applied.stderr
     verify = fleet.verify("--host", "coder-b")
     assert verify.returncode == 0, verify.stdout[-3000:]
@@ -206,7 +201,7 @@ def test_a_migrated_pod_is_found_at_its_new_address_and_serves_again_in_seconds(
     seconds = time.monotonic() - start
     assert applied.rc == 0, applied.stderr[-4000:]
     remote = fleet.sessions("pka") - before
-    changed = op_changes(applied, "coder-a")
+    changed = applied.changed("coder-a")
     assert "new pod, trusting its host key" in applied.stderr
     assert not any("is installed" in name or "is complete on the volume" in name for name in changed), changed
     # the edge's certificate names the pod's address, and a migrated pod has a new one: the Caddyfile
@@ -218,7 +213,7 @@ def test_a_migrated_pod_is_found_at_its_new_address_and_serves_again_in_seconds(
         "Ensure supervisord runs vLLM, the edge and the idle watcher from the current files",
         f"Ensure vLLM answers and lists tiny-coder behind the edge on port {PORT}",
     }, changed
-    assert op_changes(applied, "coder-b") == []
+    assert applied.changed("coder-b") == []
     verify = fleet.verify()
     assert verify.returncode == 0, verify.stdout[-3000:]
     assert json.loads(verify.stdout)["coder-a"]["endpoint"] == f"https://{a.hostname}:{PORT}"
@@ -244,9 +239,9 @@ def test_a_pod_restarted_in_place_is_trusted_with_its_new_key_and_serves_again(f
     applied = fleet.apply()
     assert applied.rc == 0, applied.stderr[-4000:]
     assert "pod coder-b (podb000000001): restarted since its host key was recorded" in applied.stderr
-    changed = op_changes(applied, "coder-b")
+    changed = applied.changed("coder-b")
     assert not any("is installed" in name for name in changed), changed
-    assert op_changes(applied, "coder-a") == []
+    assert applied.changed("coder-a") == []
     verify = fleet.verify("--host", "coder-b")
     assert verify.returncode == 0, verify.stdout[-3000:]
     print(f"\nre-apply after an in-place restart: {applied.seconds:.1f}s wall, ops changed: {', '.join(changed)}")

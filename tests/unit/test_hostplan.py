@@ -2,6 +2,8 @@
 
 import dataclasses
 
+import pytest
+
 from podkit.host.probe import VllmInstall
 from podkit.plan import checkpoints
 from testing.hub_repos import CONFIG, repo_files, write_repo
@@ -161,3 +163,47 @@ def test_a_config_without_the_sizes_the_memory_plan_reads_stops_its_host_only(hu
         "acme/Headless-7B: its config.json lacks 'num_hidden_layers', which podkit plans memory from; "
         "check vllm_model (a transformers checkpoint for vLLM)"
     ]
+
+
+@pytest.mark.parametrize(
+    "gpus, nodes, data, tp, pp, shape",
+    [
+        (2, 1, {}, 2, 1, "TP 2; parser"),  # alone: every GPU, one stage
+        (2, 2, {}, 2, 2, "TP 2 x PP 2"),  # a cluster: TP within a node, a stage per node
+        (4, 1, {"vllm_pipeline_parallel_size": 2}, 2, 2, "TP 2 x PP 2"),  # two stages on one host
+        (2, 2, {"vllm_pipeline_parallel_size": 4}, 1, 4, "TP 1 x PP 4"),  # two stages per node
+        (4, 2, {"vllm_tensor_parallel_size": 2}, 2, 2, "TP 2 x PP 2"),  # half of each node's GPUs
+    ],
+)
+def test_tensor_parallel_within_a_node_pipeline_parallel_across_nodes(hub, gpus, nodes, data, tp, pp, shape):
+    result = plan(hub, "acme/Coder-7B", host(gpus=gpus), nodes=nodes, **data)
+    assert result.problems == []
+    assert (result.tensor_parallel_size, result.pipeline_parallel_size) == (tp, pp)
+    assert (result.plan.tensor_parallel_size, result.plan.pipeline_parallel_size) == (tp, pp)
+    assert len(result.plan.stages) == (pp if pp > 1 else 0)
+    assert shape in result.summary()
+
+
+@pytest.mark.parametrize(
+    "gpus, nodes, data, problem",
+    [
+        (
+            2,
+            2,
+            {"vllm_tensor_parallel_size": 4},
+            "tensor_parallel_size 4 x pipeline_parallel_size 2 needs 8 GPUs, more than the 4 here; "
+            "shapes that use them all: TP 1 x PP 4, TP 2 x PP 2, TP 4 x PP 1",
+        ),
+        (1, 8, {}, "pipeline_parallel_size 8 must be from 1 to the model's 4 layers"),
+    ],
+)
+def test_a_pipeline_the_nodes_or_layers_cannot_take_stops_the_host(hub, gpus, nodes, data, problem):
+    result = plan(hub, "acme/Coder-7B", host(gpus=gpus), nodes=nodes, **data)
+    assert result.problems == [problem] and result.plan is None
+
+
+def test_a_cluster_without_gpus_carries_its_pipeline_size(hub):
+    result = plan(hub, "acme/Coder-7B", host(gpus=0), nodes=2)
+    assert result.problems == [] and result.tensor_parallel_size == 1
+    assert result.pipeline_parallel_size == 2 and result.plan.pipeline_parallel_size == 2
+    assert result.plan.kv_cache_tokens is None and "; PP 2; parser" in result.summary()

@@ -199,4 +199,4 @@ def test_the_deploy_installs_the_interrupt_handler_before_reading_the_host():
     from tests.helpers import ROOT
 
     source = (ROOT / "deploy.py").read_text()
-    assert 0 <= source.index("interrupt.exit_nonzero_on_interrupt()") < source.index("facts.pod_state(")
+    assert 0 <= source.index("interrupt.exit_nonzero_on_interrupt()") < source.index("pod = facts.pod_state(")

@@ -2,6 +2,7 @@
 weights, activation and KV cache, the pool the smallest stage's, and the TP x PP shapes a host's
 GPUs allow; checked on the public PP 2 launch in tests/fixtures/kv_reference_cases.json."""
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from podkit.plan.architecture import Architecture
-from podkit.plan.memory import PlanError, plan_memory, stage_layers, valid_shapes
+from podkit.plan.memory import PlanError, plan_memory, stage_layers, stage_weights_gib, valid_shapes
 from podkit.sandbox.tinymodel import write_tiny_model
 from podkit_cli import cli
 
@@ -52,14 +53,14 @@ def test_each_stage_and_the_pool_within_5_percent_of_the_log(case):
         kv_cache_dtype=case["kv_cache_dtype"],
         vllm_version=re.search(r"\d+\.\d+\.\d+", case["vllm_version"].split("(")[-1]).group(0),
     )
-    assert [s["layers"] for s in plan.stages] == [s["layers"] for s in case["logged_stages"]]
+    assert [s.layers for s in plan.stages] == [s["layers"] for s in case["logged_stages"]]
     for predicted, logged in zip(plan.stages, case["logged_stages"]):
         print(
-            f"stage {logged['stage']}: predicted {predicted['available_kv_cache_gib']} GiB, logged {logged['available_kv_gib']}"
+            f"stage {logged['stage']}: predicted {predicted.available_kv_cache_gib} GiB, logged {logged['available_kv_gib']}"
         )
-        assert predicted["available_kv_cache_gib"] == pytest.approx(logged["available_kv_gib"], rel=0.05)
+        assert predicted.available_kv_cache_gib == pytest.approx(logged["available_kv_gib"], rel=0.05)
     logged = case["logged"]["kv_cache_tokens"]
-    assert plan.kv_cache_tokens == min(s["kv_cache_tokens"] for s in plan.stages)
+    assert plan.kv_cache_tokens == min(s.kv_cache_tokens for s in plan.stages)
     assert plan.kv_cache_tokens == pytest.approx(logged, rel=0.05)
     assert plan.pipeline_parallel_size == pp and plan.fits
 
@@ -122,3 +123,83 @@ def test_cli_plan_prints_each_stage(tmp_path):
     data = json.loads(CliRunner().invoke(cli, [*args, "--json"]).output)
     assert [s["stage"] for s in data["stages"]] == [0, 1] and data["tensor_parallel_size"] == 1
     assert data["kv_cache_tokens"] == min(s["kv_cache_tokens"] for s in data["stages"])
+
+
+DEEPSEEK = arch_of(PP_CASES[0])
+DECODER_GIB = (31_400_000_000 - 2 * 102400 * 2048 * 2) / 2 / 2**30  # per GPU at TP 2, less embedding and head
+
+
+@pytest.mark.parametrize(
+    "arch, weight_bytes, pp, expected",
+    [
+        # untied Llama-like: the embedding on the first stage, the LM head on the last, 8 even layers between
+        (SMALL, 2 * 32000 * 1024 * 2 + 8 * 100 * 2**20, 2, [4 * 100 / 1024 + 0.0610, 4 * 100 / 1024 + 0.0610]),
+        # tied: one matrix in the checkpoint, a copy on each end of the pipeline
+        (
+            dataclasses.replace(SMALL, tied_embeddings=True),
+            32000 * 1024 * 2 + 8 * 100 * 2**20,
+            4,
+            [2 * 100 / 1024 + 0.0610, 2 * 100 / 1024, 2 * 100 / 1024, 2 * 100 / 1024 + 0.0610],
+        ),
+        # DeepSeek-V2-Lite: layer 0 is dense (84M against 588M), so stage 0 holds less than 14/27 of the layers' bytes
+        (
+            DEEPSEEK,
+            31_400_000_000,
+            2,
+            [DECODER_GIB * (84 + 13 * 588) / (84 + 26 * 588) + 0.195, DECODER_GIB * 13 * 588 / (84 + 26 * 588) + 0.195],
+        ),
+    ],
+    ids=["untied", "tied", "dense-first-layer"],
+)
+def test_each_stage_holds_its_layers_weights_and_the_embedding_or_head_at_its_end(arch, weight_bytes, pp, expected):
+    split = stage_layers(arch.num_layers, pp)
+    tp = 2 if arch is DEEPSEEK else 1
+    weights = stage_weights_gib(arch, weight_bytes, tp, split, runtime_fp8=False)
+    assert weights == pytest.approx(expected, abs=0.02)
+    if not arch.tied_embeddings:  # what the stages hold is the checkpoint, once
+        assert sum(weights) == pytest.approx(weight_bytes / tp / 2**30)
+
+
+def test_runtime_fp8_halves_the_layers_not_the_embedding_or_head():
+    weight_bytes = 2 * 32000 * 1024 * 2 + 8 * 100 * 2**20
+    full = stage_weights_gib(SMALL, weight_bytes, 1, [4, 4], runtime_fp8=False)
+    fp8 = stage_weights_gib(SMALL, weight_bytes, 1, [4, 4], runtime_fp8=True)
+    assert [f - h for f, h in zip(full, fp8)] == pytest.approx([200 / 1024, 200 / 1024])
+
+
+@pytest.mark.parametrize("pp", [2, 3, 4, 8])
+def test_the_pool_is_the_minimum_over_the_stages_and_each_holds_only_its_layers_kv(pp):
+    plan = plan_memory(
+        SMALL, weight_bytes=4 * 10**9, gpu_memory_gib=24, gpu_count=8, pipeline_parallel_size=pp, max_model_len=4096
+    )
+    assert len(plan.stages) == pp and sum(s.layers for s in plan.stages) == 8
+    smallest = min(plan.stages, key=lambda s: s.kv_cache_tokens)
+    assert plan.kv_cache_tokens == smallest.kv_cache_tokens
+    assert plan.available_kv_cache_gib == smallest.available_kv_cache_gib
+    assert plan.weights_gib_per_gpu == max(s.weights_gib for s in plan.stages)
+    for stage in plan.stages:
+        assert stage.kv_bytes_per_token == SMALL.kv_bytes_per_token(8 // pp, 2, stage.layers)
+    if len({s.layers for s in plan.stages}) == 1:  # even layers: the last stage, with the logits, is the smallest
+        assert smallest.stage == pp - 1
+
+
+def test_the_plan_json_gives_each_stage_as_plain_data(tmp_path):
+    model = str(write_tiny_model(tmp_path / "tiny"))
+    args = ["plan", model, "--gpu", "L4", "--gpus", "2", "--pipeline-parallel-size", "2", "--max-model-len", "4096"]
+    result = CliRunner().invoke(cli, args)
+    data = json.loads(CliRunner().invoke(cli, [*args, "--json"]).output)
+    smallest = min(data["stages"], key=lambda s: s["kv_cache_tokens"])
+    assert f"KV cache tokens: {data['kv_cache_tokens']}, the minimum over the stages (stage {smallest['stage']})" in (
+        result.output
+    )
+    assert set(data["stages"][0]) == {
+        "stage",
+        "layers",
+        "weights_gib",
+        "activation_gib",
+        "available_kv_cache_gib",
+        "kv_bytes_per_token",
+        "kv_cache_tokens",
+        "max_context",
+    }
+    assert data["pipeline_parallel_size"] == 2

@@ -136,7 +136,19 @@ def test_fp8_sibling_candidates_follow_the_publishers_conventions():
 
 
 @pytest.mark.parametrize(
-    "name, memory", [("h100", 79.19), ("NVIDIA H100 80GB HBM3", 79.19), ("rtx pro 6000", 94.97), ("L40S", 44.39)]
+    "name, memory",
+    [
+        ("h100", 79.19),
+        ("NVIDIA H100 80GB HBM3", 79.19),
+        ("rtx pro 6000", 94.97),
+        ("L40S", 44.39),
+        ("NVIDIA L40S", 44.39),
+        ("L4", 22.05),  # not the L40S, whose name holds "l4"
+        ("NVIDIA L4", 22.05),
+        ("NVIDIA L40", 44.39),
+        ("NVIDIA RTX 6000 Ada Generation", 47.5),
+        ("NVIDIA RTX A6000", 47.54),
+    ],
 )
 def test_gpus_by_name(name, memory):
     assert gpu_by_name(name)[1] == memory
