@@ -286,8 +286,6 @@ if settings.role == "server":
         EDGE_UNIT_NAME: ("edge_unit", EDGE_UNIT_PATH, restart_edge, pod.edge_unit or Unit(EDGE_UNIT_NAME)),
         IDLE_UNIT_NAME: ("idle_unit", IDLE_UNIT_PATH, restart_idle, pod.idle_unit or Unit(IDLE_UNIT_NAME)),
     }
-    if follower:  # vLLM's unit only
-        units = {UNIT_NAME: units[UNIT_NAME]}
     if systemd:
         supervisor.supervisord_stopped(
             name="Ensure no supervisord runs (systemd supervises vLLM and the edge)",

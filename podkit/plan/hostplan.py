@@ -22,10 +22,11 @@ from podkit.checks import vllm_flag
 from podkit.host.fetch import FetchSpec
 from podkit.host.preflight import choose_vllm
 from podkit.host.probe import HostState
+from podkit.plan.architecture import Architecture
 from podkit.plan.checkpoints import Checkpoint, ModelError, find_fp8_alternative, from_hub, from_probe, max_positions
 from podkit.plan.families import Family, UnknownFamily, family_for
 from podkit.plan.gpus import Hardware, PlanError, gpu_by_name
-from podkit.plan.memory import Plan, make_plan
+from podkit.plan.memory import Plan, make_plan, stage_layers, stage_weights_gib
 from podkit.plan.parsers import parser_problem, plugin_flag
 from podkit.settings import Settings
 
@@ -58,6 +59,8 @@ class HostPlan:
     problems: list[str] = field(default_factory=list)
     config: dict = field(default_factory=dict)  # the served checkpoint's config.json (its architecture)
     pipeline_parallel_size: int = 1  # stages: one per node of a cluster unless vllm_pipeline_parallel_size says
+    #: with PP: each stage's layers and weights per GPU (and on GPUs its KV cache tokens), stage 0 first
+    stages: list[dict] = field(default_factory=list)
 
     def summary(self) -> str:
         p = self.plan
@@ -71,8 +74,37 @@ class HostPlan:
         elif pipeline:
             parts.append(pipeline)
         parts.append(f"parser {self.tool_call_parser or 'none'}")
+        if self.stages:
+            parts.append(", ".join(stage_line(stage) for stage in self.stages))
         note = context_note(p.max_model_len if p is not None else self.max_model_len)
         return "; ".join(parts + ([note] if note else []))
+
+
+def stage_line(stage: dict) -> str:
+    """``stage 1: 14 layers, 7.1 GiB weights/GPU, 401,231 KV tokens`` (MiB for a small model)."""
+    weights = stage["weights_gib"]
+    size = f"{weights:.1f} GiB" if weights >= 0.1 else f"{weights * 1024:.2f} MiB"
+    line = f"stage {stage['stage']}: {stage['layers']} layer{'s' if stage['layers'] != 1 else ''}, {size} weights/GPU"
+    return line + (f", {stage['kv_cache_tokens']:,} KV tokens" if stage.get("kv_cache_tokens") is not None else "")
+
+
+def stage_figures(plan: Plan, checkpoint: Checkpoint, pipeline: int) -> list[dict]:
+    """Each pipeline stage's figures: the memory plan's on GPUs; on a CPU host (no memory plan) its
+    layers and weights as vLLM would place them."""
+    if pipeline <= 1:
+        return []
+    if plan.stages:
+        return [
+            {"stage": s.stage, "layers": s.layers, "weights_gib": s.weights_gib, "kv_cache_tokens": s.kv_cache_tokens}
+            for s in plan.stages
+        ]
+    try:
+        arch = Architecture.from_config(checkpoint.config)
+        split = stage_layers(arch.num_layers, pipeline)
+        weights = stage_weights_gib(arch, checkpoint.weight_bytes, 1, split, runtime_fp8=False)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):  # a config the plan cannot read: no figures
+        return []
+    return [{"stage": i, "layers": n, "weights_gib": w} for i, (n, w) in enumerate(zip(split, weights))]
 
 
 def hardware_of(state: HostState, nodes: int = 1) -> Hardware | None:
@@ -234,6 +266,7 @@ def plan_host(
         )
         return result
     result.plan = plan
+    result.stages = stage_figures(plan, checkpoint, pipeline)
     chosen = plan.checkpoint
     if not chosen.local:
         result.fetch = FetchSpec(settings.model, chosen.repo, chosen.revision, plan.download_files, plan.download_bytes)

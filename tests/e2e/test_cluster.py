@@ -155,8 +155,13 @@ def test_one_apply_serves_one_model_across_both_hosts(pair):
 
 def test_a_converged_pair_costs_one_remote_command_per_node(pair):
     before = {name: len(node.sshd.sessions()) for name, node in pair.nodes.items()}
-    applied = pair.apply()
+    applied = pair.apply("-v")  # -v: each host's preflight line (its plan) is printed
     assert applied.rc == 0, applied.stderr[-3000:]
+    # the plan for the pair, per stage (the tiny model's two layers, one each), on every node
+    for rank, name in enumerate(("cla", "clb")):
+        line = next(line for line in applied.stderr.splitlines() if f"[{name}] noop: serves" in line)
+        assert "PP 2" in line and "stage 0: 1 layer, " in line and "stage 1: 1 layer, " in line, line
+        assert f"rank {rank} of pair (2 nodes, PP 2): head {pair.private['cla']}:29501" in line, line
     assert all(not applied.changed(name) for name in pair.nodes), applied.stdout[-3000:]
     spent = {name: node.sshd.sessions()[before[name] :] for name, node in pair.nodes.items()}
     assert {name: len(lines) for name, lines in spent.items()} == {"cla": 1, "clb": 1}, spent

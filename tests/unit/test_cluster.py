@@ -111,6 +111,16 @@ def cpu_node(name, rank, args):
 
 PROBLEM_CASES.append(
     {
+        "id": "systemd: the ranks could not restart together",
+        "members": [
+            node("a", 0, data={"podkit_supervisor": "systemd"}),
+            node("b", 1, data={"podkit_supervisor": "systemd"}),
+        ],
+        "problems": ["its ranks must restart together, which podkit does under supervisord"],
+    }
+)
+PROBLEM_CASES.append(
+    {
         "id": "the CPU build with --enforce-eager: pipeline parallel's first request would fail",
         "members": [cpu_node("a", 0, ["--enforce-eager"]), cpu_node("b", 1, ["--enforce-eager"])],
         "problems": ["""--enforce-eager breaks pipeline parallel on vLLM's CPU build"""],
@@ -194,16 +204,48 @@ def test_members_are_the_hosts_that_name_the_cluster():
     [
         ("podkit_cluster_rank", -1, "must be a node rank"),
         ("podkit_cluster_head", "head.local", "must be an IP address"),
-        ("vllm_distributed_backend", "nccl", "podkit"),
+        ("vllm_distributed_backend", "ray", "must be one of"),
     ],
 )
 def test_cluster_data_is_checked(key, value, message):
-    with pytest.raises(SettingsError, match="") as raised:
+    with pytest.raises(SettingsError) as raised:
         settings(**{key: value})
-    assert key in str(raised.value)
+    assert key in str(raised.value) and message in str(raised.value), raised.value
 
 
 def test_a_gpu_mismatch_names_both():
     a, b = pair()
     b = dataclasses.replace(b, pod=dataclasses.replace(b.pod, gpus=[Gpu(0, "NVIDIA A100-SXM4-80GB", 81920, "8.0")] * 2))
     assert any("b 2x NVIDIA A100-SXM4-80GB" in p for p in cluster_of("a", [a, b]).problems)
+
+
+def test_a_ranks_vllm_is_left_down_when_it_exits_and_a_servers_is_restarted():
+    from podkit.client.targets import way_in
+    from podkit.host.render import host_files
+    from podkit.plan.hostplan import HostPlan
+
+    def conf(cluster):
+        chosen = settings(vllm_model="/models/tiny")
+        way = way_in("a", {"ssh_hostname": "127.0.0.1"}, chosen.edge_port)
+        launch = HostPlan(
+            model="/models/tiny",
+            max_model_len=4096,
+            tensor_parallel_size=1,
+            tool_call_parser=None,
+            reasoning_parser=None,
+        )
+        files = host_files(
+            chosen, package=chosen.vllm_package, vllm_bin="/v/bin/vllm", launch=launch, way=way, cluster=cluster
+        )
+        program = files["supervisord"].content.split("[program:vllm]")[1].split("[program:")[0]
+        return files, program
+
+    alone, program = conf(None)
+    assert "autorestart=true" in program and {"edge", "idle_config"} <= set(alone)
+    head, program = conf(cluster_of("a", pair()))
+    assert "autorestart=false" in program and "[program:edge]" in head["supervisord"].content
+    follower, program = conf(cluster_of("b", pair()))
+    assert "autorestart=false" in program and "[program:edge]" not in follower["supervisord"].content
+    assert not {"edge", "caddyfile", "idle_script", "idle_config"} & set(follower)
+    assert "--headless" in follower["launch"].content and "--master-addr 10.65.0.1" in follower["launch"].content
+    assert "export VLLM_HOST_IP=10.65.0.2" in follower["env"].content

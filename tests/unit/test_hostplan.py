@@ -6,6 +6,7 @@ import pytest
 
 from podkit.host.probe import VllmInstall
 from podkit.plan import checkpoints
+from podkit.plan.hostplan import stage_line
 from testing.hub_repos import CONFIG, repo_files, write_repo
 from tests.helpers import HUB_TOKEN as TOKEN
 from tests.helpers import gpu_host as host
@@ -207,3 +208,13 @@ def test_a_cluster_without_gpus_carries_its_pipeline_size(hub):
     assert result.problems == [] and result.tensor_parallel_size == 1
     assert result.pipeline_parallel_size == 2 and result.plan.pipeline_parallel_size == 2
     assert result.plan.kv_cache_tokens is None and "; PP 2; parser" in result.summary()
+    # per stage, as vLLM would place them (the model's 4 layers: 2 each; embedding first, head last)
+    assert [(s["stage"], s["layers"]) for s in result.stages] == [(0, 2), (1, 2)]
+    assert "stage 0: 2 layers, " in result.summary() and "stage 1: 2 layers, " in result.summary()
+
+
+def test_a_cluster_with_gpus_prints_each_stage_with_its_kv_tokens(hub):
+    result = plan(hub, "acme/Coder-7B", host(gpus=2), nodes=2)
+    assert [s["stage"] for s in result.stages] == [0, 1]
+    assert all(s["kv_cache_tokens"] == stage.kv_cache_tokens for s, stage in zip(result.stages, result.plan.stages))
+    assert stage_line(result.stages[1]) in result.summary() and "KV tokens" in stage_line(result.stages[1])
