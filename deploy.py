@@ -252,7 +252,7 @@ if settings.role == "server":
         idle_what = "the pod" if host.data.get("runpod_pod_id") else "the server"
         managed("Ensure the idle watcher's program is current", "idle_script")
         managed(
-            f"Ensure the idle watcher stops {idle_what} after {settings.idle_stop_minutes} minute"
+            f"Ensure the idle watcher stops {idle_what} after {settings.idle_stop_minutes:g} minute"
             + ("s" if settings.idle_stop_minutes != 1 else "")
             + " without a request"
             if settings.idle_stop_minutes

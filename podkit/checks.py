@@ -126,11 +126,11 @@ def whole(minimum: int) -> Check:
     return whole
 
 
-def minutes(value: Any, key: str) -> int:
-    """Whole minutes, 0 or more (a fraction would be cut without a word, so it is refused)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != int(value):
-        raise SettingsError(f"{key} must be whole minutes (0 = off), e.g. 30; got {value!r}")
-    return int(value)
+def minutes(value: Any, key: str) -> int | float:
+    """Minutes, 0 or more: whole (30) or a fraction (0.5 = 30 s); a whole number stays an int."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise SettingsError(f"{key} must be minutes, 0 or more (0 = off), e.g. 30 or 0.5; got {value!r}")
+    return int(value) if value == int(value) else float(value)
 
 
 def optional_price(value: Any, key: str) -> float | None:

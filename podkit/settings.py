@@ -208,7 +208,8 @@ SETTINGS: tuple[Setting, ...] = (
         0,
         checks.minutes,
         "stop the pod (RunPod) or the server (bare metal) after this many minutes without a request; "
-        "`0` = never (the idle time is still shown by `podkit status`); 30 suits a working day",
+        "`0` = never (the idle time is still shown by `podkit status`); 30 suits a working day; a fraction "
+        "is seconds (`0.5` = 30 s)",
     ),
     # RunPod reports each pod's price (costPerHr); a bare-metal box's is yours to give.
     Setting(

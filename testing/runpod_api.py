@@ -92,6 +92,8 @@ def running_pod(
         "gpuCount": 1,
         "costPerHr": cost_per_hr,
         "uptimeSeconds": uptime_seconds,
+        # as RunPod words a running pod's last start (its text changes at every stop and start)
+        "lastStatusChange": f"Rented by User: {_js_date(time.time() - uptime_seconds)}",
         "volumeMountPath": str(volume_path),
         "env": [f"HF_TOKEN=hf_{secrets.token_urlsafe(24)}"],
         "machine": {"gpuDisplayName": gpu},

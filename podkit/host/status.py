@@ -51,7 +51,7 @@ class HostStatus:
     in_flight: int | None = None
     minutes_since_request: float | None = None  # None: no request seen since the watcher started
     idle_minutes: float | None = None  # what the idle clock counts (since the last request or the start)
-    idle_stop_minutes: int = 0
+    idle_stop_minutes: int | float = 0
     idle_stop_at: float | None = None
     idle_stop_in_minutes: float | None = None
     usd_per_hour: float | None = None
@@ -163,7 +163,8 @@ def _from_host(status: HostStatus, remote: dict[str, Any], bare_metal: bool, now
         status.model = served["models"][0]
     status.context = served.get("max_model_len")
     if "idle_stop_seconds" in idle:  # what the host's watcher was given (a --data override included)
-        status.idle_stop_minutes = int(round(float(idle["idle_stop_seconds"]) / 60))
+        minutes = round(float(idle["idle_stop_seconds"]) / 60, 2)
+        status.idle_stop_minutes = int(minutes) if minutes == int(minutes) else minutes
     if bare_metal and isinstance(idle.get("usd_per_hour"), (int, float)):
         status.usd_per_hour = float(idle["usd_per_hour"])
     if idle and status.state == "up":

@@ -11,7 +11,9 @@ For each pod, one SSH handshake (no login) reads the key it offers now:
 - a pod id seen for the first time: its key is trusted and remembered;
 - a known pod id offering its remembered key: nothing to say;
 - a known pod id offering another key after its container restarted (the API's
-  uptime says it started after the key was recorded): trusted, with a note. A
+  uptime says it started after the key was recorded, or its ``lastStatusChange``
+  differs from the one recorded with the key: a stop and a start since, however
+  soon after the key was seen): trusted, with a note. A
   RunPod stop wipes the container disk, and the pod's start script makes new
   host keys; the authenticated API vouches for the restart, as it does for a
   migrated pod's new id;
@@ -126,6 +128,12 @@ class PodKeys:
                     host.started_at is not None
                     and known.get("started_at") is not None
                     and host.started_at > known["started_at"] + RESTART_SLACK_S
+                ) or (
+                    # the API says the pod was stopped or started since the key was recorded: exact, where
+                    # the uptime needs slack and misses a restart within RESTART_SLACK_S
+                    host.status_change is not None
+                    and known.get("status_change") is not None
+                    and host.status_change != known["status_change"]
                 )
                 if restarted:
                     notes.append(
@@ -167,6 +175,9 @@ class PodKeys:
                     "started_at": (known or {}).get("started_at")
                     if isinstance(now, str) or host.started_at is None
                     else host.started_at,
+                    "status_change": (known or {}).get("status_change")
+                    if isinstance(now, str) or host.status_change is None
+                    else host.status_change,
                 }
                 name = address if port == 22 else f"[{address}]:{port}"
                 lines.append(f"{name} {key.type} {key.key}")

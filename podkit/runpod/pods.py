@@ -38,6 +38,8 @@ class PodHost:
     data: dict[str, Any] = field(default_factory=dict)
     #: when the pod's container last started (epoch seconds, from the API's uptimeSeconds)
     started_at: float | None = None
+    #: the API's lastStatusChange ("Rented by User: <date>"): it changes at every stop and start
+    status_change: str | None = None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -120,7 +122,7 @@ def pod_host(
         data["podkit_volume"] = pod["volumeMountPath"]
     uptime = pod.get("uptimeSeconds")
     started_at = (time.time() if now is None else now) - uptime if isinstance(uptime, (int, float)) else None
-    return PodHost(name, pod_id, data, started_at)
+    return PodHost(name, pod_id, data, started_at, pod.get("lastStatusChange") or None)
 
 
 def by_prefix(prefix: str) -> Callable[[dict[str, Any]], bool]:

@@ -249,3 +249,31 @@ def test_a_ranks_vllm_is_left_down_when_it_exits_and_a_servers_is_restarted():
     assert not {"edge", "caddyfile", "idle_script", "idle_config"} & set(follower)
     assert "--headless" in follower["launch"].content and "--master-addr 10.65.0.1" in follower["launch"].content
     assert "export VLLM_HOST_IP=10.65.0.2" in follower["env"].content
+
+
+def test_the_probe_reads_runpods_cluster_variables_and_the_way_to_the_head(tmp_path, monkeypatch):
+    """podctl run for real: a RunPod Instant Cluster's variables stand in for data, and the head's
+    address on this host is local (loopback here: the kernel's own answer, no packet sent)."""
+    import os
+    import subprocess
+
+    from podkit.host.probe import parse_probe, podctl_command, probe_config
+
+    chosen = settings(podkit_volume=str(tmp_path / "vol"), podkit_cluster="big", vllm_port=1, podkit_edge_port=2)
+    env = {**os.environ, "PRIMARY_ADDR": "127.0.0.1", "NODE_RANK": "0", "NUM_NODES": "2"}
+    out = subprocess.run(
+        ["sh", "-c", podctl_command("probe", probe_config(chosen))], capture_output=True, text=True, env=env, check=True
+    )
+    found = parse_probe(out.stdout).cluster
+    assert found["env"] == {"PRIMARY_ADDR": "127.0.0.1", "NODE_RANK": "0", "NUM_NODES": "2"}
+    assert found["head"] == "127.0.0.1" and found["address"] == "127.0.0.1" and found["local"] is True
+    assert found["interface"] == "lo" and "127.0.0.1" in found["addresses"]["lo"]
+    # no cluster: the probe reads none of it
+    alone = subprocess.run(
+        ["sh", "-c", podctl_command("probe", probe_config(settings(podkit_volume=str(tmp_path / "v2"))))],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    assert parse_probe(alone.stdout).cluster is None

