@@ -136,20 +136,23 @@ def _opened(name: str, edge_port: int, forward: Forward, cs) -> list[str]:
 
 @contextlib.contextmanager
 def _sigterm_as_interrupt():
-    """SIGTERM ends the tunnel as Ctrl-C does (exit 0, ssh children ended)."""
+    """SIGTERM and SIGINT end the tunnel as Ctrl-C does (exit 0, ssh children ended). SIGINT too:
+    a process started in the background by a non-interactive shell (a CI job, ``podkit tunnel &`` in
+    a script) inherits SIGINT ignored, and Python then installs no Ctrl-C handler of its own."""
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 
     try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
+        previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     except ValueError:  # not the main thread: leave signals alone
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @click.command("tunnel")
