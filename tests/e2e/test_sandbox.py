@@ -77,18 +77,6 @@ def test_one_datum_changes_the_launch_script_and_restarts_once(serving):
     assert pod.apply().changed() == []
 
 
-def test_verify_explains_a_server_started_without_tool_parser_flags(pod):
-    assert pod.apply("--data", "vllm_tool_call_parser=").rc == 0
-    verify = pod.cli("verify", "inventories/sandbox.py", "--json")
-    checks = {c["name"]: c for c in json.loads(verify.stdout)["sandbox"]["checks"]}
-    assert verify.returncode == 5, verify.stdout  # tool calling
-    assert checks["chat"]["ok"] and not checks["tool call (auto)"]["ok"]
-    assert "--enable-auto-tool-choice --tool-call-parser" in checks["tool call (auto)"]["detail"]
-    assert "set vllm_tool_call_parser" in checks["tool call (auto)"]["detail"]
-    assert pod.apply().rc == 0
-    assert pod.cli("verify", "inventories/sandbox.py").returncode == 0
-
-
 def test_supervisord_brings_back_a_killed_server(serving):
     pod = serving
     old = pod.read_pid("vllm.pid")

@@ -47,29 +47,43 @@ def test_the_tool_call_is_parsed_with_hermes_and_the_clean_host_passes_the_key_c
     ), found["key not in scripts"]["detail"]
 
 
-@pytest.mark.parametrize(
-    "parser, symptom",
-    [
-        ("pythonic", "the model wrote a tool call as plain text (HTTP 200, finish_reason stop, content '<tool_call>"),
-        ("qwen3_coder", "the reply holds neither text nor a tool call (HTTP 200, finish_reason stop)"),
-    ],
-)
-def test_a_wrong_parser_fails_tool_calling_and_is_named(pod, parser, symptom):
-    applied = pod.apply("--data", f"vllm_tool_call_parser={parser}")
+# A server started with the wrong tool-call parser, or with none, and what verify says of it (exit 5,
+# tool calling). One test runs them in turn, so the sandbox restarts once per case and is restored once.
+WRONG_PARSERS = [
+    (
+        "pythonic",
+        [
+            "the model wrote a tool call as plain text (HTTP 200, finish_reason stop, content '<tool_call>",
+            "the server runs --tool-call-parser pythonic but qwen2.5 models (Qwen2ForCausalLM) need hermes: "
+            "set vllm_tool_call_parser = 'hermes' (or 'auto') and re-apply",
+        ],
+    ),
+    (
+        "qwen3_coder",
+        [
+            "the reply holds neither text nor a tool call (HTTP 200, finish_reason stop)",
+            "the server runs --tool-call-parser qwen3_coder but qwen2.5 models (Qwen2ForCausalLM) need hermes: "
+            "set vllm_tool_call_parser = 'hermes' (or 'auto') and re-apply",
+        ],
+    ),
+    ("", ["--enable-auto-tool-choice --tool-call-parser", "set vllm_tool_call_parser"]),  # started without the flags
+]
+
+
+def test_a_wrong_or_missing_parser_fails_tool_calling_and_is_named(pod):
     try:
-        assert applied.rc == 0, applied.stderr[-3000:]
-        rc, reports = verify(pod)
-        found = checks(reports["sandbox"])
-        auto = found["tool call (auto)"]
-        assert rc == 5 and reports["sandbox"]["outcome"] == "tool_calling", auto
-        assert not auto["ok"] and symptom in auto["detail"], auto["detail"]
-        assert (
-            f"the server runs --tool-call-parser {parser} but qwen2.5 models (Qwen2ForCausalLM) need hermes: "
-            "set vllm_tool_call_parser = 'hermes' (or 'auto') and re-apply"
-        ) in auto["detail"]
-        assert found["chat"]["ok"] and all(found[name]["ok"] for name in KEY_CHECKS)
+        for parser, said in WRONG_PARSERS:
+            applied = pod.apply("--data", f"vllm_tool_call_parser={parser}")
+            assert applied.rc == 0, applied.stderr[-3000:]
+            rc, reports = verify(pod)
+            found = checks(reports["sandbox"])
+            auto = found["tool call (auto)"]
+            assert rc == 5 and reports["sandbox"]["outcome"] == "tool_calling", (parser, auto)
+            assert not auto["ok"] and all(line in auto["detail"] for line in said), (parser, auto["detail"])
+            assert found["chat"]["ok"] and all(found[name]["ok"] for name in KEY_CHECKS)
     finally:
         assert pod.apply().rc == 0  # the defaults again: parser auto (hermes for this family)
+    assert verify(pod)[0] == 0
 
 
 def plant_in_log(log, key):
