@@ -9,6 +9,12 @@ caches, key, checkpoint, launch script, the edge, what supervises them
 (supervisord, or systemd units), readiness. On a converged host every operation
 reports "No changes" and the run costs one remote command.
 
+A node of a cluster (``podkit_cluster``: one model across several hosts) also reads
+the other nodes' probes (each host is still probed once), stops with them when they
+disagree, and starts its rank in the same step as theirs; a follower runs vLLM
+headless, without the edge. A router host (``podkit_role = "router"``) converges
+after every server of the run.
+
 Everything runs as the SSH user. A non-root user needs sudo for two things only:
 making the volume root theirs when it is missing or root's, and, with
 ``podkit_supervisor = "systemd"``, installing the units and running systemctl.
