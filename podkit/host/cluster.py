@@ -146,11 +146,6 @@ class Cluster:
         return due
 
 
-def members_of(name: str, hosts: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    """The inventory hosts whose data names cluster ``name``, in inventory order."""
-    return [host for host, data in hosts if data.get("podkit_cluster") == name]
-
-
 def cluster_of(me: str, members: list[Member]) -> Cluster:
     """The cluster ``me`` belongs to, from every member's data and probe, with what stops it."""
     mine = next(m for m in members if m.name == me)
@@ -242,14 +237,10 @@ def _network_problems(cluster: Cluster) -> list[str]:
                 f"cluster {name}: the head's address {head} is not an address of {member.name}, rank 0 (it has "
                 f"{held or 'none'}): set podkit_cluster_head to rank 0's address on the nodes' private network"
             )
-        elif member.rank != 0 and facts.get("error"):
+        elif member.rank != 0 and (facts.get("error") or facts.get("gateway") == ""):  # "": no route matched
+            why = f" ({facts['error']})" if facts.get("error") else ""
             problems.append(
-                f"cluster {name}: {member.name} has no route to the head's address {head} ({facts['error']}): the "
-                "nodes need a private network between them; set podkit_cluster_head to the head's address on it"
-            )
-        elif member.rank != 0 and facts.get("gateway") == "":
-            problems.append(
-                f"cluster {name}: {member.name} has no route to the head's address {head}: the nodes need a "
+                f"cluster {name}: {member.name} has no route to the head's address {head}{why}: the nodes need a "
                 "private network between them; set podkit_cluster_head to the head's address on it"
             )
         elif member.rank != 0 and facts.get("gateway"):

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from podkit.checks import SettingsError
-from podkit.host.cluster import Member, cluster_of, members_of
+from podkit.host.cluster import Member, cluster_of
 from podkit.host.probe import Gpu
 from tests.helpers import gpu_host, settings
 
@@ -187,16 +187,6 @@ def test_a_cluster_node_runs_only_what_its_rank_needs():
 
     assert programs_for(settings(), follower=True) == FOLLOWER_PROGRAMS == ("vllm",)
     assert programs_for(settings()) == PROGRAMS
-
-
-def test_members_are_the_hosts_that_name_the_cluster():
-    hosts = [
-        ("a", {"podkit_cluster": "big"}),
-        ("c", {}),
-        ("b", {"podkit_cluster": "big"}),
-        ("d", {"podkit_cluster": "x"}),
-    ]
-    assert members_of("big", hosts) == ["a", "b"]
 
 
 @pytest.mark.parametrize(
