@@ -15,6 +15,9 @@ comes out of decoding. ``--split-cores`` gives each its own: the sandbox is re-a
 OpenMP thread bound to core 0 (``VLLM_CPU_OMP_THREADS_BIND``), every thread of vLLM is pinned
 there with the bench client (which does the same work edge or direct), and Caddy runs alone on
 the other cores. The sandbox is re-applied as it was afterwards.
+
+Each edge run is paired with the direct run after it; beside the medians, the median of the
+pairs' ratios (and their spread) says how far apart the two ways are with the drift cancelled.
 """
 
 from __future__ import annotations
@@ -132,7 +135,7 @@ def main() -> int:
         level = next(level for level in record["concurrency"] if level["concurrency"] == concurrency)
         return level["output_tokens_per_s"]
 
-    print(f"{'':<34}{'edge':>12}{'direct':>12}{'edge - direct':>16}")
+    print(f"{'':<34}{'edge':>12}{'direct':>12}{'edge - direct':>16}{'pairs: median (min .. max)':>34}")
     figures = {
         "TTFT p50, 256-token prompt (ms)": ttft,
         "output tokens/s, concurrency 1": lambda r: tokens(r, 1),
@@ -143,7 +146,13 @@ def main() -> int:
         straight = statistics.median(figure(r) for r in runs["direct"])
         delta = edge - straight
         share = f" ({delta / straight * 100:+.1f}%)" if "tokens" in label else ""
-        print(f"{label:<34}{edge:>12.1f}{straight:>12.1f}{delta:>+10.1f}{share}")
+        if "tokens" in label:
+            ratios = sorted(figure(e) / figure(d) * 100 - 100 for e, d in zip(runs["edge"], runs["direct"]))
+            pairs = f"{statistics.median(ratios):+.1f}% ({ratios[0]:+.1f} .. {ratios[-1]:+.1f})"
+        else:
+            gaps = sorted(figure(e) - figure(d) for e, d in zip(runs["edge"], runs["direct"]))
+            pairs = f"{statistics.median(gaps):+.1f} ({gaps[0]:+.1f} .. {gaps[-1]:+.1f})"
+        print(f"{label:<34}{edge:>12.1f}{straight:>12.1f}{delta:>+10.1f}{share:<9}{pairs:>25}")
     print(f"(medians of {args.repeats} alternating runs each; records in {work})")
     if args.split_cores:
         restored = box.apply()
