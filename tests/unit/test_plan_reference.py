@@ -67,13 +67,24 @@ def test_bytes_per_token_reproduce_logged_tokens(case):
     layers = case.get("pp_first_stage_layers")
     per_token = arch.kv_bytes_per_token(case["tensor_parallel_size"], dtype_bytes(case), layers)
     predicted = case["logged"]["kv_cache_gib"] * GIB / per_token
-    logged = case["logged"]["kv_cache_tokens"]
-    if arch.kind == "hybrid":
+    logged = logged_pool(case)
+    if case.get("kv_cache_groups"):
+        # the line floored the pool's blocks over the groups: up to groups - 1 blocks short
+        assert logged == pytest.approx(predicted, rel=0.012, abs=case["kv_cache_groups"] * case["logged"]["block_size"])
+    elif arch.kind == "hybrid":
         # recent vLLM charges each request its fixed linear-attention state, so the
         # logged line is below the attention-only figure, never above it
         assert 0.85 * predicted <= logged <= predicted
     else:
         assert logged == pytest.approx(predicted, rel=0.012)  # logged GiB has two decimals
+
+
+def logged_pool(case) -> int:
+    """The KV pool in tokens, from the logged ``GPU KV cache size`` line. Where the case names
+    ``kv_cache_groups``, that vLLM printed ``num_blocks // groups x block_size`` for a hybrid model
+    whose layer groups share one block pool (the case's notes show it from the concurrency line):
+    the pool is the line times the groups."""
+    return case["logged"]["kv_cache_tokens"] * case.get("kv_cache_groups", 1)
 
 
 def predictable(case) -> bool:
@@ -107,6 +118,12 @@ KNOWN_GAPS = {
         "like the A100 case above, an FP8 MoE launch holds 0.4 to 1 GiB more than podkit models, and two "
         "launches are too few to say what it is"
     ),
+    "qwen3-next-80b-a3b-instruct-h200-tp2-maxlen262k-v0102": (
+        "hybrid MoE (Gated DeltaNet), BF16 on two H200s, vLLM 0.10.2: 6.95 GiB of overheads per card where the "
+        "plan counts 1.14 (0.74 activation, 0.4 non-torch); the same model's AWQ launch on L40S left 0.73 GiB "
+        "and is within 1.5%, so it is not the linear-attention layers alone; the card's memory is read from "
+        "another script on the same host"
+    ),
     "qwen3-32b-rtxpro6000-tp2-gmu0426-maxlen32k-v0271": (
         "dense, TP 2 on two PCIe RTX PRO 6000 (no NVLink), vLLM 0.27.1: 1.66 GiB of overheads per card where the "
         "plan counts 4.46 (1.36 activation, 2.1 non-torch, 1.0 CUDA graphs); the same post's TP 1 launch left "
@@ -117,7 +134,7 @@ KNOWN_GAPS = {
 }
 
 #: The largest |predicted / logged - 1| of KV tokens per kind over FULL, as measured (and stated in the README).
-ACCURACY = {"dense": 0.340, "moe": 0.081}
+ACCURACY = {"dense": 0.340, "moe": 0.131}
 
 
 def kind_of(case) -> str:
@@ -154,7 +171,7 @@ def predicted(case):
 @pytest.mark.parametrize("case", known_gaps(FULL, KNOWN_GAPS), ids=lambda c: c["id"])
 def test_predicted_kv_cache_tokens_within_5_percent(case):
     plan = predicted(case)
-    logged = case["logged"]["kv_cache_tokens"]
+    logged = logged_pool(case)
     print(f"{case['id']}: predicted {plan.kv_cache_tokens}, logged {logged}, {plan.kv_cache_tokens / logged - 1:+.1%}")
     assert plan.kv_cache_tokens == pytest.approx(logged, rel=0.05)
     assert plan.fits
@@ -178,7 +195,7 @@ def test_available_kv_memory_where_the_log_has_no_token_line(case):
 def test_accuracy_per_kind_is_what_the_readme_states():
     errors: dict[str, list[float]] = {}
     for case in FULL:
-        error = predicted(case).kv_cache_tokens / case["logged"]["kv_cache_tokens"] - 1
+        error = predicted(case).kv_cache_tokens / logged_pool(case) - 1
         errors.setdefault(kind_of(case), []).append(error)
     worst = {kind: max(abs(e) for e in found) for kind, found in errors.items()}
     for kind in ("dense", "moe", "mla", "sliding_window", "hybrid"):
