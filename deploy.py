@@ -27,7 +27,7 @@ from pyinfra.api.exceptions import DeployError, NoGroupError
 
 from operations import checkpoint, facts, interrupt, preflight, router, supervisor, vllm, volume
 from podkit import project_path
-from podkit.client.targets import pin_ca, way_in
+from podkit.client.targets import pin_ca, record_role, way_in
 from podkit.host.cluster import Member, cluster_of
 from podkit.host.preflight import choose_vllm, host_problems
 from podkit.host.probe import (
@@ -159,6 +159,9 @@ if settings.role == "server":
     # A node of a cluster reads every other node too (once each), before anything changes anywhere.
     cluster = the_cluster() if settings.cluster else None
     follower = cluster is not None and not cluster.is_head
+    # The controller keeps each node's rank (RunPod's NODE_RANK is only on the pod): clients skip followers.
+    if not (cluster and cluster.problems):  # a cluster refused this run keeps the rank it last had
+        record_role(host.name, *((cluster.name, cluster.rank) if cluster else (None, None)))
     package, found = choose_vllm(settings, pod)
 
     # Plan before spending: checkpoint (FP8 if it helps), context, TP (and PP across a cluster's nodes),

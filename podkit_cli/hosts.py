@@ -174,9 +174,12 @@ class Target:
 
 def load_targets(inventory: str, host_names: tuple[str, ...] = ()) -> list[Target]:
     """Every selected host with its endpoint and the key the deploy gave it (read-only commands)."""
+    from podkit.client.targets import cluster_rank
+
     targets = []
     for host in load_hosts(inventory, host_names):
-        rank, cluster = host.settings.cluster_rank, host.settings.cluster
+        cluster = host.settings.cluster
+        rank = cluster_rank(host.name, cluster, host.settings.cluster_rank)
         if cluster and rank:  # a follower runs vLLM headless: the cluster's endpoint is its head's
             if host_names:
                 raise click.ClickException(

@@ -20,6 +20,7 @@ ways; ``podkit_domain`` makes it an ACME certificate for that name instead.
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -138,6 +139,35 @@ def pin_ca(name: str, pem: str) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return path
+
+
+def role_path(name: str) -> Path:
+    """Where the controller keeps host ``name``'s place in a cluster, as its last deploy found it."""
+    return state_dir() / "cluster" / f"{name}.json"
+
+
+def record_role(name: str, cluster: str | None, rank: int | None) -> None:
+    """Keep (or, outside a cluster, forget) host ``name``'s rank: on RunPod it comes from the pod's
+    ``NODE_RANK``, which only the deploy reads, and client commands must skip followers."""
+    path = role_path(name)
+    if cluster is None or rank is None:
+        path.unlink(missing_ok=True)
+        return
+    text = json.dumps({"cluster": cluster, "rank": rank}) + "\n"
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def cluster_rank(name: str, cluster: str | None, rank: int | None) -> int | None:
+    """Host ``name``'s rank in ``cluster``: the data's, else what its last deploy recorded."""
+    if cluster is None or rank is not None:
+        return rank
+    try:
+        recorded = json.loads(role_path(name).read_text())
+    except (OSError, ValueError):
+        return None
+    return recorded.get("rank") if isinstance(recorded, dict) and recorded.get("cluster") == cluster else None
 
 
 def cost_per_hour(data: dict[str, Any], override: float | None = None) -> float | None:

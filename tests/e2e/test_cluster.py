@@ -144,6 +144,11 @@ def test_one_apply_serves_one_model_across_both_hosts(pair):
     assert f"export VLLM_HOST_IP={pair.private['clb']}" in env and "export GLOO_SOCKET_IFNAME=clb-x" in env
     conf = (pair.root / "volume-clb" / "podkit" / "bin" / "supervisord.conf").read_text()
     assert "[program:vllm]" in conf and "[program:edge]" not in conf  # a follower serves no API: no edge
+    # the controller keeps each node's rank, for client commands when only the pod knows it (NODE_RANK)
+    assert [json.loads((pair.state / "cluster" / f"{name}.json").read_text()) for name in ("cla", "clb")] == [
+        {"cluster": "pair", "rank": 0},
+        {"cluster": "pair", "rank": 1},
+    ]
 
     answer = pair.chat("Say hi")
     assert answer.status_code == 200, answer.text

@@ -41,7 +41,7 @@ from podkit.client.connect import (
     through_tunnel,
     warnings,
 )
-from podkit.client.targets import RUNPOD_PROXY_NOTE, way_in
+from podkit.client.targets import RUNPOD_PROXY_NOTE, record_role, role_path, way_in
 from podkit_cli import cli
 
 KEY = "k3y" + "0123456789abcdef" * 2  # what must never show unless asked for
@@ -418,6 +418,31 @@ def test_client_for_hermes_with_several_hosts_is_refused_in_one_line(tmp_path):
     assert everyone.exit_code == 0 and [e["model_id"] for e in yaml.safe_load(everyone.stdout)] == [
         "podkit-box",
         "podkit-pod",
+    ]
+
+
+def test_a_follower_whose_rank_only_its_pod_knows_is_skipped_once_a_deploy_recorded_it(tmp_path, monkeypatch):
+    """On a RunPod Instant Cluster the rank is the pod's NODE_RANK, not data: the deploy records it on
+    the controller, and client commands skip a follower (it serves no API) or refuse it by name."""
+    monkeypatch.setenv("PODKIT_STATE_DIR", str(tmp_path / "state"))
+    inventory = write_inventory(
+        tmp_path, {"head": {**BOX, "podkit_cluster": "pair"}, "node": {**POD, "podkit_cluster": "pair"}}
+    )
+    before = podkit(tmp_path, "client", inventory, "--json")
+    assert [row["host"] for row in json.loads(before.stdout)] == ["head", "node"]  # no rank known yet
+    record_role("head", "pair", 0)
+    record_role("node", "pair", 1)
+    after = podkit(tmp_path, "client", inventory, "--json")
+    assert after.exit_code == 0 and [row["host"] for row in json.loads(after.stdout)] == ["head"]
+    named = podkit(tmp_path, "client", inventory, "--host", "node")
+    assert named.exit_code == 1 and one_error_line(named) == (
+        "Error: node: rank 1 of cluster pair serves no API (its head, rank 0, does): name the head with --host"
+    )
+    record_role("node", None, None)  # the node left the cluster: its record goes
+    assert not role_path("node").exists()
+    assert [row["host"] for row in json.loads(podkit(tmp_path, "client", inventory, "--json").stdout)] == [
+        "head",
+        "node",
     ]
 
 
