@@ -40,7 +40,7 @@ from podkit.host.probe import (
     server_config,
 )
 from podkit.host.render import edge_problems, host_files, router_files
-from podkit.host.router import replicas_of, router_problems
+from podkit.host.router import port_problems, replicas_of, router_ports, router_problems
 from podkit.keys import ApiKeyError, ensure_key, file_content, key_digest, read_hf_token
 from podkit.plan.checkpoints import from_hub
 from podkit.plan.hostplan import plan_host
@@ -377,7 +377,8 @@ else:
         members = None
     replicas = replicas_of(settings, members or [])
     certificates = [r.ca for r in replicas if r.ca]
-    pod = facts.pod_state(settings, extra_files=[paths.replicas_file, *certificates])
+    ports = router_ports(settings, replicas)
+    pod = facts.pod_state(settings, extra_files=[paths.replicas_file, *certificates], extra_ports=list(ports))
     tools = [settings.router_package, settings.edge_package, settings.supervisor_package]
     missing_tools = pod.venv.missing_tools(tools)
     try:
@@ -390,6 +391,7 @@ else:
         problems=pod.lock_problems()
         + host_problems(settings, pod, needs_install=bool(missing_tools) or not pod.venv.python_ok)
         + router_problems(settings, settings.router_group, replicas, found=members is not None)
+        + port_problems(settings, ports, pod.ports_held)
         + edge_problems(way)
         + render_problems,
         summary=f"router ({settings.router_policy}) in front of {len(replicas)} replica"

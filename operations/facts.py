@@ -69,16 +69,17 @@ def controller() -> dict[str, object]:
     return {"host": socket.gethostname(), "pid": os.getpid(), "user": user}
 
 
-def pod_state(settings: Settings, extra_files: list[str] = (), on=None) -> HostState:
+def pod_state(settings: Settings, extra_files: list[str] = (), on=None, extra_ports: list[int] = ()) -> HostState:
     """The probe's answer for the current host (or host ``on``: another node of its cluster), read
     once per run (and the deploy lock, taken). ``extra_files``: more files to sum (a router host's
-    copies of its replicas' CA certificates)."""
+    copies of its replicas' CA certificates); ``extra_ports``: more ports whose listener to name."""
     target = on or host
     key = (id(state), target.name)
     with _READING.setdefault(key, Semaphore()):
         if key not in _SNAPSHOTS:
             config = json.dumps(
-                probe_config(settings, controller=controller(), extra_files=extra_files), sort_keys=True
+                probe_config(settings, controller=controller(), extra_files=extra_files, extra_ports=extra_ports),
+                sort_keys=True,
             )
             _SNAPSHOTS[key] = target.get_fact(PodState, config=config)
     return _SNAPSHOTS[key]

@@ -95,11 +95,15 @@ def server_config(settings: Settings, tls: bool = False) -> dict[str, Any]:
 
 
 def probe_config(
-    settings: Settings, controller: dict[str, Any] | None = None, extra_files: list[str] = ()
+    settings: Settings,
+    controller: dict[str, Any] | None = None,
+    extra_files: list[str] = (),
+    extra_ports: list[int] = (),
 ) -> dict[str, Any]:
     """What ``podctl probe`` reads. With ``controller`` (the deploy's host name, pid and user) the
     probe also takes the deploy lock on the volume for this run (see podctl's ``deploy_lock``).
-    ``extra_files`` are summed too (a router host's copies of its replicas' CA certificates)."""
+    ``extra_files`` are summed too (a router host's copies of its replicas' CA certificates), and
+    ``extra_ports`` say who listens on them (a router host's hops and metrics port)."""
     paths = settings.paths
     model = settings.model
     local = model.startswith("/")
@@ -123,6 +127,7 @@ def probe_config(
         + list(extra_files),
         "dirs": sorted(paths.directories(router=settings.role == "router")),
         "model_dir": model if local else None,
+        **({"extra_ports": sorted(extra_ports)} if extra_ports else {}),
         # a cluster's node: how it reaches the head (the Instant Cluster variables stand in for data)
         **({"cluster": {"head": settings.cluster_head, "port": settings.cluster_port}} if settings.cluster else {}),
     }
@@ -280,6 +285,8 @@ class HostState:
     cache_problems: list[dict[str, Any]] = field(default_factory=list)
     fetch_running: bool = False
     hub_repos: dict[str, int] = field(default_factory=dict)
+    #: the probe's ``extra_ports`` (a router host's): port -> who listens (podctl's ``listener``)
+    ports_held: dict[int, dict[str, Any]] = field(default_factory=dict)
     uid: int | None = None  # the SSH user's, and its names
     user: str | None = None
     group: str | None = None
@@ -476,6 +483,7 @@ def parse_probe(output: str) -> HostState:
         legacy_runner=data.get("legacy_runner"),
         supervisord_left=runner.get("supervisord"),
         port_listening=data["port_listening"],
+        ports_held={int(port): held for port, held in (data.get("ports_held") or {}).items()},
         endpoint=data["endpoint"],
         model_dir=data.get("model_dir"),
         checkpoint=data.get("checkpoint"),

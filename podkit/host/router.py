@@ -137,12 +137,37 @@ def router_problems(settings: Settings, group: str, replicas: list[Replica], fou
     return problems
 
 
+def metrics_port(settings: Settings, replicas: list[Replica]) -> int:
+    """The router's Prometheus port: the first after vLLM's port and the hops that is not the edge's."""
+    port = max([settings.port, *(r.hop_port for r in replicas)]) + 1
+    return port + 1 if port == settings.edge_port else port
+
+
+def router_ports(settings: Settings, replicas: list[Replica]) -> dict[int, str]:
+    """The loopback ports a router host uses beside vLLM's and the edge's, each with what it is for."""
+    ports = {r.hop_port: f"the edge's hop to replica {r.name}" for r in replicas}
+    return {**ports, metrics_port(settings, replicas): "the router's metrics"}
+
+
+def port_problems(settings: Settings, ports: dict[int, str], held: dict[int, dict[str, Any]]) -> list[str]:
+    """A port the router host needs that a process podkit did not start holds: said with who holds it."""
+    problems = []
+    for port, use in sorted(ports.items()):
+        found = held.get(port) or {}
+        if found.get("held") and not found.get("podkit"):
+            who = ", ".join(
+                filter(None, [found.get("program"), found.get("pid") and f"pid {found['pid']}", found.get("user")])
+            )
+            problems.append(
+                f"port {port} ({use}) is already in use by a process podkit did not start ({who or 'unknown'}); "
+                f"stop it, or set vllm_port (the router's ports follow it: {settings.port}-{max(ports)})"
+            )
+    return problems
+
+
 def router_argv(settings: Settings, replicas: list[Replica], router_bin: str) -> list[str]:
     """The ``vllm-router`` command line: loopback only, one worker URL per replica's edge hop.
     Holds no secret (the router never needs the key: the client's header passes through)."""
-    metrics_port = max([settings.port, *(r.hop_port for r in replicas)]) + 1
-    if metrics_port == settings.edge_port:
-        metrics_port += 1
     return [
         router_bin,
         "--host",
@@ -170,5 +195,5 @@ def router_argv(settings: Settings, replicas: list[Replica], router_bin: str) ->
         "--prometheus-host",
         "127.0.0.1",
         "--prometheus-port",
-        str(metrics_port),
+        str(metrics_port(settings, replicas)),
     ]

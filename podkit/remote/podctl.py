@@ -1150,6 +1150,8 @@ def probe(cfg):
         "supervisor": runner,
         "legacy_runner": legacy_runner(cfg),
         "port_listening": port_listening(cfg),
+        # a router host's hops and metrics: each port's listener, podkit's when under supervisord's tree
+        "ports_held": {str(port): listener(port, runner["pid"]) for port in cfg.get("extra_ports") or []},
         "endpoint": endpoint(cfg) if runner["vllm_pid"] else None,
         "edge": edge_health(cfg) if runner["edge_pid"] else None,
         # the edge CA's root certificate (public): the controller pins it

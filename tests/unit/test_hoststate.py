@@ -268,6 +268,41 @@ def test_port_taken_by_someone_else_is_refused(tmp_path, which):
     assert problems == [f"port {port} is already in use by a process podkit did not start; stop it or set {which}"]
 
 
+def test_a_router_hop_port_a_stranger_holds_is_refused_with_who_holds_it(tmp_path):
+    """A router host's hops and metrics port (after vllm_port) are read in the same probe: a port
+    another process listens on is refused before anything changes, naming it and the fix."""
+    import socket
+
+    from podkit.host.router import port_problems, replicas_of, router_ports
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        taken = server.getsockname()[1]
+        router = settings_for(
+            tmp_path, podkit_role="router", podkit_router_group="replicas", vllm_port=taken - 1, podkit_edge_port=1
+        )
+        replicas = replicas_of(router, [("gpu-1", sample_data()), ("gpu-2", sample_data())])
+        ports = router_ports(router, replicas)
+        assert sorted(ports) == [taken, taken + 1, taken + 2]
+        out = subprocess.run(
+            ["sh", "-c", podctl_command("probe", probe_config(router, extra_ports=list(ports)))],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        state = parse_probe(out.stdout)
+    assert state.ports_held[taken]["held"] and not state.ports_held[taken]["podkit"]
+    assert state.ports_held[taken]["pid"] == os.getpid()
+    assert not state.ports_held[taken + 1]["held"]
+    (problem,) = port_problems(router, ports, state.ports_held)
+    assert problem.startswith(
+        f"port {taken} (the edge's hop to replica gpu-1) is already in use by a process podkit did not start ("
+    )
+    assert f"pid {os.getpid()}" in problem
+    assert problem.endswith(f"stop it, or set vllm_port (the router's ports follow it: {taken - 1}-{taken + 2})")
+
+
 def test_unreadable_host_fails_only_its_own_preflight():
     state = HostState.blank("python3 not found on PATH: podkit needs python3 on the host")
     settings = Settings.from_mapping(sample_data())
