@@ -44,6 +44,7 @@ from podkit.host.router import port_problems, replicas_of, router_ports, router_
 from podkit.keys import ApiKeyError, ensure_key, file_content, key_digest, read_hf_token
 from podkit.plan.checkpoints import from_hub
 from podkit.plan.hostplan import plan_host
+from podkit.remote.idle import FOLLOW_GRACE_SECONDS
 from podkit.settings import (
     EDGE_UNIT_NAME,
     EDGE_UNIT_PATH,
@@ -240,7 +241,7 @@ if settings.role == "server":
 
     # 6. The launch script, 7. the edge (Caddy: only /v1 with the key, /health; TLS when clients come
     #    in directly), 8. the idle watcher, and 9. what keeps them running: supervisord, or systemd units.
-    #    A cluster's follower runs vLLM headless for the head: no API, so no edge and no idle watcher.
+    #    A cluster's follower runs vLLM headless for the head: no API, so no edge; its idle watcher follows the head.
     served = f"{launch.fetch.repo}@{launch.fetch.revision[:12]}" if launch.fetch else launch.model
     if follower:
         managed(
@@ -256,18 +257,25 @@ if settings.role == "server":
             + (f" (TLS: {way.tls})" if way.tls != "off" else ""),
             "caddyfile",
         )
-        # 8. The idle watcher: after podkit_idle_stop_minutes without a request it stops the pod (RunPod)
-        #    or the server (bare metal); at 0 it only keeps the idle time for podkit status.
-        idle_what = "the pod" if host.data.get("runpod_pod_id") else "the server"
-        managed("Ensure the idle watcher's program is current", "idle_script")
-        managed(
+    # 8. The idle watcher: after podkit_idle_stop_minutes without a request it stops the pod (RunPod)
+    #    or the server (bare metal); at 0 it only keeps the idle time for podkit status. A follower's
+    #    stops its own once the head has not answered for that long (FOLLOW_GRACE_SECONDS at most).
+    idle_what = "the pod" if host.data.get("runpod_pod_id") else "the server"
+    managed("Ensure the idle watcher's program is current", "idle_script")
+    if not settings.idle_stop_minutes:
+        idle_name = "Ensure the idle watcher keeps the idle time and stops nothing (podkit_idle_stop_minutes = 0)"
+    elif follower:
+        grace = min(settings.idle_stop_minutes * 60, FOLLOW_GRACE_SECONDS)
+        idle_name = (
+            f"Ensure the idle watcher stops {idle_what} {grace:g} s after the head at {cluster.head} stops answering"
+        )
+    else:
+        idle_name = (
             f"Ensure the idle watcher stops {idle_what} after {settings.idle_stop_minutes:g} minute"
             + ("s" if settings.idle_stop_minutes != 1 else "")
             + " without a request"
-            if settings.idle_stop_minutes
-            else "Ensure the idle watcher keeps the idle time and stops nothing (podkit_idle_stop_minutes = 0)",
-            "idle_config",
         )
+    managed(idle_name, "idle_config")
     managed("Ensure the volume records what the plan predicts, for podkit status to check against vLLM's log", "plan")
 
     # Restart what reads changed files (content: a mode put back changes nothing), or runs older files;
@@ -281,7 +289,7 @@ if settings.role == "server":
     restart_edge = not follower and (
         changed(edge_files(settings)) or installed.will_change or not pod.edge_current_files()
     )
-    restart_idle = not follower and (changed(idle_files(settings)) or installed.will_change)
+    restart_idle = changed(idle_files(settings)) or installed.will_change
     programs = programs_for(settings, follower=follower)
     supervisor.legacy_runner(
         name="Ensure no runner from an older podkit holds the port",

@@ -32,7 +32,7 @@ _HEREDOC = "PODKIT_PODCTL_EOF"
 PROGRAMS = ("vllm", "edge", "idle")
 ROUTER_PROGRAMS = ("router", "edge")
 # a cluster's follower (rank 1, 2, ...) runs vLLM headless: no API, so no edge and no idle watcher
-FOLLOWER_PROGRAMS = ("vllm",)
+FOLLOWER_PROGRAMS = ("vllm", "idle")  # no API of its own, so no edge; the watcher follows the head
 
 
 def programs_for(settings: Settings, follower: bool = False) -> tuple[str, ...]:

@@ -376,21 +376,22 @@ def host_files(
         **(cluster.env() if cluster else {}),
     }
     argv = serve_argv(settings, vllm_bin, launch, cluster)
+    follower = cluster is not None and not cluster.is_head
+    follow = {"address": cluster.head, "port": cluster.port} if follower else None
     files = {
         "env": rendered(paths.env_file, "env.sh.j2", "644", env=server_env),
         "launch": r.launch(argv, str(package), router=False, cluster=cluster),
         "edge": r.edge(),
         "caddyfile": r.caddyfile(way, host_name, hops=[]),
         "idle_script": RenderedFile(paths.idle_script, idle_source(), "644"),
-        "idle_config": RenderedFile(paths.idle_config, idle_config(settings, host_name, pod_id), "644"),
+        "idle_config": RenderedFile(paths.idle_config, idle_config(settings, host_name, pod_id, follow), "644"),
         "plan": RenderedFile(
             paths.plan_file, json.dumps(plan_record(settings, launch), indent=1, sort_keys=True) + "\n", "644"
         ),
     }
     python = f"{paths.venv}/bin/python"
-    follower = cluster is not None and not cluster.is_head
     if follower:
-        for role in ("edge", "caddyfile", "idle_script", "idle_config"):
+        for role in ("edge", "caddyfile"):
             del files[role]
     if settings.supervisor == "systemd":
         common = {"user": user or "root", "group": group or "root"}
@@ -434,7 +435,7 @@ def host_files(
         r.program("edge", [paths.edge_script], paths.edge_log, 2, 10),
         r.program("idle", [python, paths.idle_script, paths.idle_config], paths.idle_log, 2, 5),
     ]
-    files["supervisord"] = r.supervisord(programs[:1] if follower else programs)
+    files["supervisord"] = r.supervisord([programs[0], programs[2]] if follower else programs)
     return files
 
 
@@ -443,11 +444,13 @@ def idle_source() -> str:
     return resources.files("podkit.remote").joinpath("idle.py").read_text()
 
 
-def idle_config(settings: Settings, host_name: str, pod_id: str | None) -> str:
+def idle_config(settings: Settings, host_name: str, pod_id: str | None, follow: dict | None = None) -> str:
     """The watcher's config (JSON; no secret): where vLLM's counters are, how long idle is too
-    long, and what to stop: the pod through runpodctl (``pod_id``), else vLLM under its supervisor."""
+    long, and what to stop: the pod through runpodctl (``pod_id``), else vLLM under its supervisor.
+    A cluster's follower has no counters of its own: it ``follow``s the head's store port."""
     paths = settings.paths
     config = {
+        **({"follow": follow} if follow else {}),
         "host": host_name,
         "metrics_url": f"http://127.0.0.1:{settings.port}/metrics",
         "idle_seconds": settings.idle_stop_minutes * 60,

@@ -30,6 +30,12 @@ deadline) for ``podkit status``; every decision is logged on stdout.
 ``idle.py CONFIG.json --stop`` is the same stop on purpose for ``podkit down`` (bare metal):
 the marker, then the server, one JSON line out.
 
+On a cluster's follower (``follow``: the head's address and store port) there are no counters
+of its own to read: its vLLM runs headless for the head. It follows the head instead: once the
+head's port answered, the clock runs while it does not (a TCP connect every poll, nothing sent),
+and after ``idle_seconds`` (at most :data:`FOLLOW_GRACE_SECONDS`) the follower stops what costs
+money the same way. So the head's idle stop (or ``podkit down``) stops the whole cluster.
+
 Standard library only, any Python 3.8+; it never reads the API key.
 """
 
@@ -38,6 +44,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -55,6 +62,7 @@ MOVING = ("finished", "prompt_tokens", "generation_tokens")  # a change in any o
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 POD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 STOPPING_SECONDS = 60  # after a stop was asked: no second ask within this (the pod is going down)
+FOLLOW_GRACE_SECONDS = 60  # a follower outlives its head by at most this (a head's restart takes longer)
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)")
 
 
@@ -122,6 +130,65 @@ class Clock:
         if self.idle_seconds <= 0 or self.idle_since is None:
             return None
         return self.idle_since + self.idle_seconds
+
+    def up(self):
+        return self.counts is not None
+
+    def said(self, up):
+        return "vLLM answers: the idle clock starts now" if up else "vLLM does not answer: the idle clock waits"
+
+    def why(self):
+        return "no request for %g min" % (self.idle_seconds / 60.0)
+
+
+class FollowClock(Clock):
+    """A follower's clock: :meth:`observe` takes whether the head's port answered. Once the head
+    was seen, the clock runs while it does not; due after ``idle_seconds`` (0: never)."""
+
+    def __init__(self, idle_seconds, head):
+        Clock.__init__(self, min(idle_seconds, FOLLOW_GRACE_SECONDS) if idle_seconds > 0 else 0)
+        self.head = head
+        self.seen = False
+        self.head_up = None
+
+    def observe(self, now, up):
+        self.head_up = bool(up)
+        if up:
+            self.seen, self.idle_since = True, None
+            return False
+        if self.seen and self.idle_since is None:
+            self.idle_since = now  # the head stopped answering: the clock starts now
+        return self.due(now)
+
+    def in_flight(self):
+        return 0
+
+    def due(self, now):
+        return (
+            self.idle_seconds > 0
+            and self.head_up is False
+            and self.idle_since is not None
+            and now - self.idle_since >= self.idle_seconds
+        )
+
+    def up(self):
+        return bool(self.head_up)
+
+    def said(self, up):
+        return "the head at %s answers" % self.head if up else "the head at %s does not answer" % self.head
+
+    def why(self):
+        return "the head at %s stopped answering %g s ago" % (self.head, self.idle_seconds)
+
+
+def head_answers(follow, timeout=2.0):
+    """Whether the cluster's head still holds its store port: a TCP connect, nothing sent (torch's
+    store takes a connection that closes at once in its stride)."""
+    try:
+        socket.create_connection((follow["address"], int(follow["port"])), timeout=timeout).close()
+        return True
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def read_counts(url, timeout=5.0):
@@ -251,11 +318,18 @@ def stop_on_purpose(cfg, by, why, stop, at=None):
 
 
 class Watcher:
-    def __init__(self, cfg, read=read_counts, clock=time.time, stop=None):
+    def __init__(self, cfg, read=None, clock=time.time, stop=None):
         self.cfg = cfg
-        self.read = read
         self.now = clock
-        self.clock = Clock(float(cfg.get("idle_seconds") or 0))
+        follow = cfg.get("follow")
+        idle_seconds = float(cfg.get("idle_seconds") or 0)
+        if follow:
+            head = "%s:%s" % (follow.get("address"), follow.get("port"))
+            self.clock = FollowClock(idle_seconds, head)
+            self.source, self.read = head, read or (lambda _source: head_answers(follow))
+        else:
+            self.clock = Clock(idle_seconds)
+            self.source, self.read = cfg["metrics_url"], read or read_counts
         self.stop = stop or (lambda: stop_pod(cfg) if cfg.get("action") == "runpod" else stop_server(cfg))
         self.retry_at = 0.0
         self.last_error = None
@@ -266,7 +340,8 @@ class Watcher:
     def state(self, now):
         return {
             "checked_at": now,
-            "server": "up" if self.clock.counts is not None else "down",
+            "server": "up" if self.clock.up() else "down",  # a follower's: its head's
+            "follows": self.source if self.cfg.get("follow") else None,
             "in_flight": self.clock.in_flight(),
             "finished": int((self.clock.counts or {}).get("finished", 0)),
             "last_request_at": self.clock.last_request_at,
@@ -282,19 +357,19 @@ class Watcher:
 
     def tick(self):
         now = self.now()
-        due = self.clock.observe(now, self.read(self.cfg["metrics_url"]))
-        up = self.clock.counts is not None
+        due = self.clock.observe(now, self.read(self.source))
+        up = self.clock.up()
         if up != self.was_up:
-            log("vLLM answers: the idle clock starts now" if up else "vLLM does not answer: the idle clock waits")
+            log(self.clock.said(up))
             self.was_up = up
         if due and now >= self.retry_at:
-            # read once more: a request that came in since the last read keeps the host up
-            if self.clock.observe(self.now(), self.read(self.cfg["metrics_url"])):
+            # read once more: a request that came in since the last read (or the head, back) keeps the host up
+            if self.clock.observe(self.now(), self.read(self.source)):
                 self.act(now)
         write_json(self.cfg["state_file"], self.state(now))
 
     def act(self, now):
-        why = "no request for %g min" % (self.clock.idle_seconds / 60.0)
+        why = self.clock.why()
         ok, said = stop_on_purpose(self.cfg, "idle", why, self.stop, at=now)
         if ok:
             log("%s: %s" % (why, said))
@@ -308,12 +383,18 @@ class Watcher:
 
     def run(self):
         minutes = self.clock.idle_seconds / 60.0
+        what = "pod" if self.cfg.get("action") == "runpod" else "server"
+        if self.cfg.get("follow"):
+            plan = "stops the %s %g s after the head stops answering" % (what, self.clock.idle_seconds)
+        else:
+            plan = "stops the %s after %g idle min" % (what, minutes)
         log(
-            "watching %s every %g s; %s"
+            "%s %s every %g s; %s"
             % (
-                self.cfg["metrics_url"],
+                "following the head at" if self.cfg.get("follow") else "watching",
+                self.source,
                 float(self.cfg.get("poll_seconds") or 10),
-                "stops the %s after %g idle min" % ("pod" if self.cfg.get("action") == "runpod" else "server", minutes)
+                plan
                 if minutes > 0
                 else "idle stop is off (podkit_idle_stop_minutes = 0): the clock is kept for podkit status",
             )

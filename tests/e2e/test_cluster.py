@@ -19,6 +19,7 @@ import shutil
 import ssl
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -51,7 +52,7 @@ class Pair:
         self.inventory = root / "inventory" / "cluster.py"
         self.inventory.parent.mkdir(parents=True)
 
-    def write_inventory(self, head: str | None = None) -> None:
+    def write_inventory(self, head: str | None = None, **data) -> None:
         """Both nodes in the group "sandbox" (group_data/sandbox.py's CPU settings), one cluster."""
         box = self.pod.box
         shared = {
@@ -64,6 +65,7 @@ class Pair:
             "podkit_cluster": "pair",
             "podkit_cluster_head": head or self.private["cla"],
             "vllm_extra_args": CPU_PP_ARGS,
+            **data,
         }
         hosts = [
             (name, {**self.ssh[name].pyinfra_data(), **shared, "podkit_cluster_rank": rank})
@@ -144,6 +146,8 @@ def test_one_apply_serves_one_model_across_both_hosts(pair):
     assert f"export VLLM_HOST_IP={pair.private['clb']}" in env and "export GLOO_SOCKET_IFNAME=clb-x" in env
     conf = (pair.root / "volume-clb" / "podkit" / "bin" / "supervisord.conf").read_text()
     assert "[program:vllm]" in conf and "[program:edge]" not in conf  # a follower serves no API: no edge
+    idle = json.loads((pair.root / "volume-clb" / "podkit" / "bin" / "idle.json").read_text())
+    assert "[program:idle]" in conf and idle["follow"] == {"address": pair.private["cla"], "port": 29501}
     # the controller keeps each node's rank, for client commands when only the pod knows it (NODE_RANK)
     assert [json.loads((pair.state / "cluster" / f"{name}.json").read_text()) for name in ("cla", "clb")] == [
         {"cluster": "pair", "rank": 0},
@@ -176,10 +180,28 @@ def test_a_follower_that_restarts_brings_both_ranks_back_on_a_reapply(pair):
     head_pid = (pair.root / "volume-cla" / "podkit" / "run" / "vllm.pid").read_text().split()[0]
     pair.nodes["clb"].stop()  # every process of the follower's pod dies
     pair.ssh["clb"] = pair.nodes["clb"].start(host=2, port=2202)  # back, with a new host key
-    pair.write_inventory()
+    pair.write_inventory(podkit_idle_stop_minutes=0.25)  # rides on this apply: only the idle watchers restart for it
     applied = pair.apply()
     assert applied.rc == 0, applied.stderr[-4000:]
     assert (pair.root / "volume-cla" / "podkit" / "run" / "vllm.pid").read_text().split()[0] != head_pid
     answer = pair.chat("Say hi again")
     assert answer.status_code == 200, answer.text
     print(json.dumps({"restart apply s": round(applied.seconds, 1)}))
+    # the follower's idle watcher reaches the head's store port over the private network
+    state = pair.root / "volume-clb" / "podkit" / "run" / "idle.json"
+    deadline = time.monotonic() + 15
+    while json.loads(state.read_text())["server"] != "up" and time.monotonic() < deadline:
+        time.sleep(1)
+    assert json.loads(state.read_text())["follows"] == f"{pair.private['cla']}:29501"
+    assert json.loads(state.read_text())["server"] == "up"
+    # the head stops (podkit down here; its own idle stop the same): the follower stops itself 15 s later
+    down = pair.cli("down", str(pair.inventory), "--host", "cla")
+    assert down.returncode == 0, down.stdout + down.stderr
+    # (the marker first, then supervisord is asked; a rank hung on its dead head takes its stop time to end)
+    supervisord = pair.root / "volume-clb" / "podkit" / "logs" / "supervisord.log"
+    deadline = time.monotonic() + 40
+    while "waiting for vllm to stop" not in supervisord.read_text() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert "waiting for vllm to stop" in supervisord.read_text(), supervisord.read_text()[-1000:]
+    stopped = json.loads((pair.root / "volume-clb" / "podkit" / "run" / "stopped.json").read_text())
+    assert stopped["why"] == f"the head at {pair.private['cla']}:29501 stopped answering 15 s ago"

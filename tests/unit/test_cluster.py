@@ -2,6 +2,7 @@
 the launch arguments and environment, and which node's state restarts the others."""
 
 import dataclasses
+import json
 
 import pytest
 
@@ -185,7 +186,7 @@ def test_a_node_not_running_its_current_files_restarts_the_others():
 def test_a_cluster_node_runs_only_what_its_rank_needs():
     from podkit.host.probe import FOLLOWER_PROGRAMS, PROGRAMS, programs_for
 
-    assert programs_for(settings(), follower=True) == FOLLOWER_PROGRAMS == ("vllm",)
+    assert programs_for(settings(), follower=True) == FOLLOWER_PROGRAMS == ("vllm", "idle")
     assert programs_for(settings()) == PROGRAMS
 
 
@@ -236,7 +237,11 @@ def test_a_ranks_vllm_is_left_down_when_it_exits_and_a_servers_is_restarted():
     assert "autorestart=false" in program and "[program:edge]" in head["supervisord"].content
     follower, program = conf(cluster_of("b", pair()))
     assert "autorestart=false" in program and "[program:edge]" not in follower["supervisord"].content
-    assert not {"edge", "caddyfile", "idle_script", "idle_config"} & set(follower)
+    assert not {"edge", "caddyfile"} & set(follower)  # no API of its own: no edge
+    # its idle watcher follows the head's store port: the head's idle stop stops the whole cluster
+    assert "[program:idle]" in follower["supervisord"].content
+    assert json.loads(follower["idle_config"].content)["follow"] == {"address": "10.65.0.1", "port": 29501}
+    assert "follow" not in json.loads(head["idle_config"].content)
     assert "--headless" in follower["launch"].content and "--master-addr 10.65.0.1" in follower["launch"].content
     assert "export VLLM_HOST_IP=10.65.0.2" in follower["env"].content
 

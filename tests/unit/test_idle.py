@@ -263,6 +263,59 @@ def test_the_server_is_stopped_through_the_real_supervisord(pod):
     assert not os.path.exists(box.paths.stopped_marker)
 
 
+def test_a_follower_stops_once_its_head_has_not_answered_for_the_grace(tmp_path):
+    """A cluster's follower has no counters of its own: it follows the head. Not before the head was
+    seen (the cluster is starting), and the clock starts again whenever the head answers."""
+    stops = []
+    readings = Readings(False)
+    cfg = watcher_config(tmp_path, idle_seconds=30 * 60, follow={"address": "10.65.0.1", "port": 29501})
+    watcher = idle.Watcher(cfg, readings.read, readings.now, stop=lambda: stops.append(readings.t) or (True, "ok"))
+    sequence = [False] * 30 + [True] * 3 + [False] * 6 + [True] + [False] * 13
+    for answered in sequence:
+        readings.readings = [answered]
+        watcher.tick()
+        readings.t += 5
+    # down before the head was ever seen: nothing; down 30 s, then back: nothing; then 60 s down: stop
+    assert stops == [1000.0 + 5 * (len(sequence) - 1)]
+    state = json.loads((tmp_path / "idle.json").read_text())
+    assert state["follows"] == "10.65.0.1:29501" and state["server"] == "down"
+    marker = json.loads((tmp_path / "stopped.json").read_text())
+    assert marker["why"] == "the head at 10.65.0.1:29501 stopped answering 60 s ago"
+
+
+def test_a_follower_knows_the_head_by_its_listening_port():
+    import socket
+
+    with socket.socket() as head:
+        head.bind(("127.0.0.1", 0))
+        head.listen()
+        follow = {"address": "127.0.0.1", "port": head.getsockname()[1]}
+        assert idle.head_answers(follow)
+    assert not idle.head_answers(follow)
+
+
+def test_a_follower_stops_its_server_through_the_real_supervisord_when_the_head_goes(pod):
+    import socket
+
+    box = pod()
+    box.supervise()
+    box.running()
+    cfg = json.loads(Path(box.paths.idle_config).read_text())
+    head = socket.socket()
+    head.bind(("127.0.0.1", 0))
+    head.listen()
+    follow = {"address": "127.0.0.1", "port": head.getsockname()[1]}
+    readings = Readings(None)
+    watcher = idle.Watcher({**cfg, "idle_seconds": 15, "follow": follow}, clock=readings.now)
+    watcher.tick()  # the head answers
+    head.close()
+    for _ in range(5):
+        readings.t += 5
+        watcher.tick()
+    assert box.programs()["vllm"] == "STOPPED"
+    assert json.loads(Path(box.paths.stopped_marker).read_text())["why"].endswith("stopped answering 15 s ago")
+
+
 def test_the_watcher_runs_on_the_python_the_host_has():
     """It is a host program: the standard library only, any Python 3.8+ syntax (no walrus, no match)."""
     source = Path(idle.__file__).read_text()
@@ -274,7 +327,7 @@ def test_the_watcher_runs_on_the_python_the_host_has():
     )
     assert out.returncode == 0, out.stderr
     imported = {line.split()[1].split(".")[0] for line in source.splitlines() if line.startswith(("import ", "from "))}
-    assert imported <= {"json", "os", "re", "shutil", "signal", "subprocess", "sys", "time", "urllib"}
+    assert imported <= {"json", "os", "re", "shutil", "signal", "socket", "subprocess", "sys", "time", "urllib"}
 
 
 def test_after_a_stop_the_next_idle_spell_stops_again_once_the_server_is_back(tmp_path):
