@@ -44,7 +44,7 @@ from podkit.host.router import port_problems, replicas_of, router_ports, router_
 from podkit.keys import ApiKeyError, ensure_key, file_content, key_digest, read_hf_token
 from podkit.plan.checkpoints import from_hub
 from podkit.plan.hostplan import plan_host
-from podkit.remote.idle import FOLLOW_GRACE_SECONDS
+from podkit.remote.idle import follow_grace
 from podkit.settings import (
     EDGE_UNIT_NAME,
     EDGE_UNIT_PATH,
@@ -259,13 +259,13 @@ if settings.role == "server":
         )
     # 8. The idle watcher: after podkit_idle_stop_minutes without a request it stops the pod (RunPod)
     #    or the server (bare metal); at 0 it only keeps the idle time for podkit status. A follower's
-    #    stops its own once the head has not answered for that long (FOLLOW_GRACE_SECONDS at most).
+    #    stops its own once the head has not answered for that long (a minute at most: idle.follow_grace).
     idle_what = "the pod" if host.data.get("runpod_pod_id") else "the server"
     managed("Ensure the idle watcher's program is current", "idle_script")
     if not settings.idle_stop_minutes:
         idle_name = "Ensure the idle watcher keeps the idle time and stops nothing (podkit_idle_stop_minutes = 0)"
     elif follower:
-        grace = min(settings.idle_stop_minutes * 60, FOLLOW_GRACE_SECONDS)
+        grace = follow_grace(settings.idle_stop_minutes * 60)
         idle_name = (
             f"Ensure the idle watcher stops {idle_what} {grace:g} s after the head at {cluster.head} stops answering"
         )

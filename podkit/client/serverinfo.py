@@ -17,7 +17,14 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from podkit.host.probe import edge_files, managed_files, podctl_command, server_config, supervision_files
+from podkit.host.probe import (
+    edge_files,
+    listener_holder,
+    managed_files,
+    podctl_command,
+    server_config,
+    supervision_files,
+)
 from podkit.host.shell import RemoteError, Run
 from podkit.settings import Settings
 
@@ -158,8 +165,4 @@ def key_refusal(info: ServerInfo) -> str | None:
             f"nothing listens on port {port} on {info.host}, so podkit's server is not serving: re-apply the "
             "deploy (the server log says why it stopped); the key was not sent"
         )
-    if where.get("pid"):
-        who = f"pid {where['pid']} ({where.get('program') or '?'})"
-    else:
-        who = f"a process of user {where.get('user') or '?'} that the SSH user cannot see"
-    return f"port {port} on {info.host} is held by {who}, not by podkit's edge: stop it or change podkit_edge_port; the key was not sent"
+    return f"port {port} on {info.host} is held by {listener_holder(where)}, not by podkit's edge: stop it or change podkit_edge_port; the key was not sent"

@@ -42,6 +42,14 @@ def programs_for(settings: Settings, follower: bool = False) -> tuple[str, ...]:
     return FOLLOWER_PROGRAMS if follower else PROGRAMS
 
 
+def listener_holder(where: dict[str, Any]) -> str:
+    """Who holds a port, from podctl's ``listener``: ``pid 4242 (python3)``, or the user when the
+    SSH user cannot see the process."""
+    if where.get("pid"):
+        return f"pid {where['pid']} ({where.get('program') or '?'})"
+    return f"a process of user {where.get('user') or '?'} that the SSH user cannot see"
+
+
 class ProbeError(RuntimeError):
     """The host could not be read; the message says what to install or fix."""
 

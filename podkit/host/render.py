@@ -45,7 +45,7 @@ import jinja2
 from podkit import PROJECT_ROOT
 from podkit.client.targets import WayIn, host_address
 from podkit.host.cluster import Cluster
-from podkit.host.probe import edge_files, managed_files
+from podkit.host.probe import edge_files, managed_files, programs_for
 from podkit.host.router import Replica, router_argv
 from podkit.host.startup import plan_record
 from podkit.plan.hostplan import HostPlan
@@ -435,7 +435,8 @@ def host_files(
         r.program("edge", [paths.edge_script], paths.edge_log, 2, 10),
         r.program("idle", [python, paths.idle_script, paths.idle_config], paths.idle_log, 2, 5),
     ]
-    files["supervisord"] = r.supervisord([programs[0], programs[2]] if follower else programs)
+    names = programs_for(settings, follower=follower)
+    files["supervisord"] = r.supervisord([program for program in programs if program["name"] in names])
     return files
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from podkit.client.targets import WayIn, ca_path, way_in
+from podkit.host.probe import listener_holder
 from podkit.settings import Settings, SettingsError
 
 # How often the router asks each replica's /health, and after how many failures in a row it takes
@@ -155,11 +156,9 @@ def port_problems(settings: Settings, ports: dict[int, str], held: dict[int, dic
     for port, use in sorted(ports.items()):
         found = held.get(port) or {}
         if found.get("held") and not found.get("podkit"):
-            who = ", ".join(
-                filter(None, [found.get("program"), found.get("pid") and f"pid {found['pid']}", found.get("user")])
-            )
             problems.append(
-                f"port {port} ({use}) is already in use by a process podkit did not start ({who or 'unknown'}); "
+                f"port {port} ({use}) is already in use by a process podkit did not start "
+                f"({listener_holder(found)}); "
                 f"stop it, or set vllm_port (the router's ports follow it: {settings.port}-{max(ports)})"
             )
     return problems

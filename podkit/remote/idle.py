@@ -141,12 +141,18 @@ class Clock:
         return "no request for %g min" % (self.idle_seconds / 60.0)
 
 
+def follow_grace(idle_seconds):
+    """How long a follower outlives a head that stopped answering: the idle time, at most
+    :data:`FOLLOW_GRACE_SECONDS` (0: never)."""
+    return min(idle_seconds, FOLLOW_GRACE_SECONDS) if idle_seconds > 0 else 0
+
+
 class FollowClock(Clock):
     """A follower's clock: :meth:`observe` takes whether the head's port answered. Once the head
     was seen, the clock runs while it does not; due after ``idle_seconds`` (0: never)."""
 
     def __init__(self, idle_seconds, head):
-        Clock.__init__(self, min(idle_seconds, FOLLOW_GRACE_SECONDS) if idle_seconds > 0 else 0)
+        Clock.__init__(self, follow_grace(idle_seconds))
         self.head = head
         self.seen = False
         self.head_up = None
