@@ -48,6 +48,18 @@ FUSED_MOE_CHUNK = 32768
 #: vLLM versions from this one deduct the CUDA-graph estimate from the budget before sizing KV;
 #: older ones capture the graphs after, in the memory outside the budget.
 GRAPHS_IN_BUDGET = (0, 21)
+#: From this version the profiling run's sampler holds :data:`SAMPLER_PROFILE_BYTES` a logit (until
+#: :data:`GRAPHS_IN_BUDGET`: the Qwen3-32B TP 2 launch of vLLM 0.27.1 left 1.66 GiB of overheads in
+#: all, less than 12 B a logit alone), tensor parallelism's non-torch memory is ~2.1 GiB, and the
+#: warm-up follows :data:`SAMPLER_WARMUP_BYTES_FREED` (all measured on vLLM 0.19.0 DEBUG logs).
+SAMPLER_IN_PROFILE = (0, 19)
+#: What a logit of the profiling run's sampler holds from :data:`SAMPLER_IN_PROFILE`: the fp32
+#: logits and two more fp32 copies as it applies temperature, top-k and top-p. Fitted on the nine
+#: vLLM 0.19.0 H100 launches of llm-d-planner PR 205 (tests/fixtures/kv_reference_cases.json), whose
+#: DEBUG lines log the torch peak apart: gpt-oss-20b's is 2.87 GiB at TP 1 and at TP 2 alike, so
+#: most of it is split by no TP, and the peak less the forward pass is 2.5 to 3.4 fp32 logits
+#: for the text-only models.
+SAMPLER_PROFILE_BYTES = 12
 #: Held on each GPU before vLLM takes its budget (CUDA context, driver): the H100 launch of
 #: llm-d-benchmark PR 1791 found 78.66 of 79.18 GiB free at start.
 CUDA_CONTEXT_GIB = 0.5
@@ -57,6 +69,14 @@ CUDA_CONTEXT_GIB = 0.5
 #: dummy requests (tests/fixtures/kv_reference_cases.json): Qwen3-32B (vocabulary 151,936) ran out
 #: of memory in the warm-up, Mistral-Small-3.2-24B (131,072) did not.
 SAMPLER_WARMUP_BYTES = 18
+#: From :data:`SAMPLER_IN_PROFILE` until :data:`GRAPHS_IN_BUDGET`: what a logit of the sampler
+#: warm-up holds in all, in the memory outside the budget plus the profiling peak, which is free
+#: again by then. Fitted on llm-d-planner PR 205's vLLM 0.19.0 launches at utilization 0.95 with
+#: 1024 dummy requests on H100s, taking the plan's own peak and graph figures: gpt-oss-20b
+#: (vocabulary 201,088) ran out of memory in the warm-up at TP 1 and TP 2, which needs more than
+#: 29.6 B; Kimi-VL-A3B (163,840) at TP 2, Qwen3-30B-A3B and Qwen1.5-MoE (151,936) and
+#: DeepSeek-V2-Lite started, which needs at most 31.5 B.
+SAMPLER_WARMUP_BYTES_FREED = 30
 
 
 def _major_minor(version: str) -> tuple[int, ...]:
@@ -84,7 +104,8 @@ class Overheads:
     10 x hidden + 4 x (active) intermediate bytes per token (Qwen3-8B: 2048 -> 8192
     batched tokens cost 0.51 GiB); a mixture-of-experts layer holds the fused-MoE
     kernel's caches instead (:func:`fused_moe_gib`), plus the sampler's logits for
-    ``max_num_seqs`` dummy requests; non-torch memory is ~0.15-0.25 GiB on one GPU and grows with
+    ``max_num_seqs`` dummy requests (``sampler_bytes`` a logit: fp32 alone, or three fp32 copies
+    in 0.19-0.20, :data:`SAMPLER_PROFILE_BYTES`); non-torch memory is ~0.15-0.25 GiB on one GPU and grows with
     tensor parallelism (NCCL / custom all-reduce buffers: ~0.4 GiB in 0.10, ~2.1 GiB
     in 0.19+ on H100); from about 0.21 the CUDA-graph estimate is deducted too, before
     that the graphs are captured outside the budget (``graph_capture``).
@@ -98,6 +119,8 @@ class Overheads:
     graph_capture: float = 1.0  # what capturing the graphs takes, deducted from the budget or not
     #: a pipeline's last stage holds the whole batch's logits while profiling (seen in ~0.9.2, not in 0.27.1)
     last_stage_batch_logits: bool = False
+    #: bytes a logit of the profiling run's sampler holds (``max_num_seqs`` x vocabulary logits)
+    sampler_bytes: int = 4
 
     @classmethod
     def for_version(
@@ -113,16 +136,18 @@ class Overheads:
         major_minor = _major_minor(version)
         big = gpu_memory_gib >= 70
         graphs = 1.0 if big else 0.5
+        recent = major_minor >= SAMPLER_IN_PROFILE
         if major_minor < GRAPHS_IN_BUDGET:
             large = big and major_minor >= (0, 11)
             return cls(
-                0.15,
-                0.4,
+                0.25 if recent else 0.15,
+                2.1 if recent else 0.4,
                 0.0,
                 max_num_batched_tokens or (8192 if large else 2048),
                 max_num_seqs or (1024 if large else 256),
                 graphs,
                 last_stage_batch_logits=True,
+                sampler_bytes=SAMPLER_PROFILE_BYTES if recent else 4,
             )
         return cls(
             0.25,
@@ -144,7 +169,7 @@ class Overheads:
         return tokens * (10 * arch.hidden_size + 4 * arch.intermediate_size / tp) / GIB
 
     def activation_gib(self, arch: Architecture, tp: int) -> float:
-        logits = self.max_num_seqs * arch.vocab_size * 4
+        logits = self.max_num_seqs * arch.vocab_size * self.sampler_bytes
         return self._layers_gib(arch, tp) + logits / GIB
 
     def stage_activation_gib(self, arch: Architecture, tp: int, last: bool) -> float:
@@ -157,7 +182,7 @@ class Overheads:
         least 6.91 GiB on the last stage, where the term would leave 0.47. The change lies between
         the two; it is taken at 0.21, where podkit's model of the profile changes anyway."""
         batch = self.max_num_batched_tokens if self.last_stage_batch_logits else 0
-        logits = (batch + self.max_num_seqs) * arch.vocab_size * 4 if last else 0
+        logits = (batch * 4 + self.max_num_seqs * self.sampler_bytes) * arch.vocab_size if last else 0
         return self._layers_gib(arch, tp) + logits / GIB
 
     def non_torch_gib(self, tp: int) -> float:
@@ -175,12 +200,29 @@ def warmup_need_gib(arch: Architecture, overheads: Overheads, version: str) -> t
     in tests/fixtures/kv_reference_cases.json had 0.06 GiB outside and started."""
     if _major_minor(version) >= GRAPHS_IN_BUDGET:
         return 0.0, 0.0
-    return overheads.graph_capture, overheads.max_num_seqs * arch.vocab_size * SAMPLER_WARMUP_BYTES / GIB
+    per_logit = SAMPLER_WARMUP_BYTES_FREED if _major_minor(version) >= SAMPLER_IN_PROFILE else SAMPLER_WARMUP_BYTES
+    return overheads.graph_capture, overheads.max_num_seqs * arch.vocab_size * per_logit / GIB
 
 
-def warmup_room_gib(gpu_memory_gib: float, gpu_memory_utilization: float) -> float:
-    """The memory outside the ``gpu_memory_utilization`` budget, less what the CUDA context holds."""
-    return gpu_memory_gib * (1 - gpu_memory_utilization) - CUDA_CONTEXT_GIB
+def warmup_room_gib(gpu_memory_gib: float, gpu_memory_utilization: float, freed_gib: float = 0.0) -> float:
+    """The memory outside the ``gpu_memory_utilization`` budget, less what the CUDA context holds,
+    plus ``freed_gib``: the profiling peak, free again when the warm-up runs, which from
+    :data:`SAMPLER_IN_PROFILE` is counted (:data:`SAMPLER_WARMUP_BYTES_FREED`)."""
+    return gpu_memory_gib * (1 - gpu_memory_utilization) - CUDA_CONTEXT_GIB + freed_gib
+
+
+def warmup_freed_gib(overheads: Overheads, arch: Architecture, tp: int, version: str) -> float:
+    """The profiling peak the warm-up may use again: counted from :data:`SAMPLER_IN_PROFILE` only."""
+    if _major_minor(version) >= SAMPLER_IN_PROFILE:
+        return overheads.activation_gib(arch, tp)
+    return 0.0
+
+
+#: What a warm-up fix leaves spare: the CUDA graphs took up to this much more than the plan's
+#: 1.0 GiB in the public logs that ran out of memory in the warm-up (Qwen3-32B: 1.86 GiB,
+#: llm-d-benchmark PR 1791; gpt-oss-20b TP 1: 1.84, llm-d-planner PR 205), so a fix that only just
+#: fits the plan's figures would fail there again.
+WARMUP_FIX_MARGIN_GIB = 0.86
 
 
 def warmup_fixes(
@@ -193,19 +235,25 @@ def warmup_fixes(
     gpu_memory_utilization: float,
     available_gib: float,
     kv_bytes_per_token: int,
+    freed: float = 0.0,
+    freed_per_seq: float = 0.0,
 ) -> list[str]:
     """The two ways to make the warm-up fit, the one that keeps the KV cache first: fewer dummy
     requests (``--max-num-seqs``, which also caps the requests served at once), or a lower
-    utilization (more memory outside the budget, less KV cache)."""
+    utilization (more memory outside the budget, less KV cache). ``room`` counts ``freed``, the
+    profiling peak, of which ``freed_per_seq`` a request shrinks with fewer requests."""
     out = []
     per_seq = sampler / max_num_seqs
-    seqs = int((room - graphs) / per_seq) // 8 * 8 if per_seq else 0
+    net = per_seq - freed_per_seq
+    fixed = room - freed_per_seq * max_num_seqs  # what the room would be with no request at all
+    seqs = int((fixed - graphs - WARMUP_FIX_MARGIN_GIB) / net) // 8 * 8 if net > 0 else 0
     if seqs >= 8:
         out.append(
             f"set vllm_extra_args ['--max-num-seqs', '{seqs}']: the sampler warm-up then needs "
             f"{seqs * per_seq:.2f} GiB and the KV cache keeps its size"
         )
-    share = math.floor((1 - (graphs + sampler + CUDA_CONTEXT_GIB) / gpu_memory_gib) * 100) / 100
+    need = graphs + sampler + CUDA_CONTEXT_GIB + WARMUP_FIX_MARGIN_GIB - freed
+    share = math.floor((1 - need / gpu_memory_gib) * 100) / 100
     left = available_gib - (gpu_memory_utilization - share) * gpu_memory_gib
     if 0 < share < gpu_memory_utilization and left > 0:
         tokens = math.floor(left * GIB / kv_bytes_per_token / BLOCK) * BLOCK
@@ -413,7 +461,8 @@ def plan_memory(
     else:
         fits, reason = True, f"{tokens} KV cache tokens, {tokens / wanted:.1f} requests of {wanted} at once"
     graphs_out, sampler = warmup_need_gib(arch, ov, vllm_version)
-    room = warmup_room_gib(gpu_memory_gib, gpu_memory_utilization)
+    freed = warmup_freed_gib(ov, arch, tp, vllm_version)
+    room = warmup_room_gib(gpu_memory_gib, gpu_memory_utilization, freed)
     fixes: list[str] = []
     if fits and graphs_out + sampler > room:
         fits = False
@@ -432,6 +481,8 @@ def plan_memory(
             gpu_memory_utilization=gpu_memory_utilization,
             available_gib=available,
             kv_bytes_per_token=kv_bytes,
+            freed=freed,
+            freed_per_seq=ov.sampler_bytes * arch.vocab_size / GIB if freed else 0.0,
         )
     return MemoryPlan(
         weights_gib_per_gpu=round(weights / GIB, 2),

@@ -107,16 +107,15 @@ FULL = [c for c in CASES if predictable(c) and c["logged"].get("kv_cache_tokens"
 
 #: Launches the plan misses by more than 5%, and why; each fails its check until the model catches up.
 KNOWN_GAPS = {
-    "qwen3-coder-30b-a3b-fp8-a100sxm4-tp1-maxlen32k-v0191": (
-        "MoE, FP8 weights through Marlin on an A100: the log's overheads are 0.87 GiB where the plan, with "
-        "the fused-MoE caches, counts 0.47; the 40 GB card is inferred, the rest is not explained by vLLM's "
-        "allocations that podkit models"
-    ),
     "qwen3-235b-a22b-2507-fp8-l40s-tp8-ep-maxlen32k-v0102": (
-        "MoE, block-FP8 weights, TP 8 with expert parallel on L40S: the debug line logs a 1.4 GiB activation "
-        "peak where the plan counts 0.37 (the fused-MoE caches, the residual stream and the sampler's logits); "
-        "like the A100 case above, an FP8 MoE launch holds 0.4 to 1 GiB more than podkit models, and two "
-        "launches are too few to say what it is"
+        "MoE, block-FP8 weights, TP 8 with expert parallel on L40S, vLLM 0.10.2: the debug line logs a 1.4 GiB "
+        "activation peak where the plan counts 0.37 (the fused-MoE caches, the residual stream and the "
+        "sampler's logits); the sampler term measured on 0.19 (12 B a logit) would explain most of it, but "
+        "the 0.10 and 0.11 dense launches here do not support it, and one launch is too few to move it back"
+    ),
+    "qwen3-vl-30b-a3b-rtx3090x4-tp4-maxlen64k-v0110": (
+        "vision-language MoE: vLLM profiled its encoder cache with a video (a budget of 153,600 tokens), "
+        "about 3.5 GiB of activation a card that the plan, which models the text model alone, does not count"
     ),
     "qwen3-next-80b-a3b-instruct-h200-tp2-maxlen262k-v0102": (
         "hybrid MoE (Gated DeltaNet), BF16 on two H200s, vLLM 0.10.2: 6.95 GiB of overheads per card where the "
@@ -133,12 +132,17 @@ KNOWN_GAPS = {
     ),
 }
 
-#: The largest |predicted / logged - 1| of KV tokens per kind over FULL, as measured (and stated in the README).
-ACCURACY = {"dense": 0.340, "moe": 0.131}
+#: Per kind over FULL, as measured (and stated in the README): launches, how many of them the plan
+#: gets within 5% of the logged KV tokens, and the largest |predicted / logged - 1|.
+ACCURACY = {"dense": (6, 5, 0.340), "moe": (10, 8, 0.131), "multimodal": (4, 3, 1.509)}
 
 
 def kind_of(case) -> str:
+    """A vision-language model is its own kind (vLLM profiles its encoder too; all four here are
+    MoE), then MoE, then the attention kind."""
     arch = arch_of(case)
+    if case.get("multimodal"):
+        return "multimodal"
     if arch.is_moe:
         return "moe"
     return {"standard": "dense"}.get(arch.kind, arch.kind)
@@ -174,7 +178,7 @@ def test_predicted_kv_cache_tokens_within_5_percent(case):
     logged = logged_pool(case)
     print(f"{case['id']}: predicted {plan.kv_cache_tokens}, logged {logged}, {plan.kv_cache_tokens / logged - 1:+.1%}")
     assert plan.kv_cache_tokens == pytest.approx(logged, rel=0.05)
-    assert plan.fits
+    assert plan.fits or case["id"] in WARMUP_GAPS
 
 
 #: Launches whose logs give every input the plan starts from and the available KV memory, but not the
@@ -197,20 +201,36 @@ def test_accuracy_per_kind_is_what_the_readme_states():
     for case in FULL:
         error = predicted(case).kv_cache_tokens / logged_pool(case) - 1
         errors.setdefault(kind_of(case), []).append(error)
-    worst = {kind: max(abs(e) for e in found) for kind, found in errors.items()}
-    for kind in ("dense", "moe", "mla", "sliding_window", "hybrid"):
-        found = errors.get(kind, [])
-        print(f"{kind}: {len(found)} launch(es)" + (f", max error {worst[kind]:.1%}" if found else ", none measurable"))
-    assert set(worst) == set(ACCURACY)
-    for kind, bound in ACCURACY.items():
-        assert worst[kind] == pytest.approx(bound, abs=0.0015), kind
+    measured = {
+        kind: (len(found), sum(abs(e) <= 0.05 for e in found), max(abs(e) for e in found))
+        for kind, found in errors.items()
+    }
+    for kind in ("dense", "moe", "multimodal", "mla", "sliding_window", "hybrid"):
+        if kind in measured:
+            count, within, worst = measured[kind]
+            print(f"{kind}: {count} launch(es), {within} within 5%, max error {worst:.1%}")
+        else:
+            print(f"{kind}: 0 launch(es), none measurable")
+    assert set(measured) == set(ACCURACY)
+    for kind, (count, within, worst) in ACCURACY.items():
+        assert measured[kind][:2] == (count, within), kind
+        assert measured[kind][2] == pytest.approx(worst, abs=0.0015), kind
+
+
+def is_moe(case) -> bool:
+    # a case whose config copy lacks the expert counts says "moe": true (Qwen3-30B-A3B, gpt-oss, ...)
+    return arch_of(case).is_moe or bool(case.get("moe"))
 
 
 def test_the_set_holds_ten_moe_launches_each_with_its_source():
-    # a case whose config copy lacks the expert counts says "moe": true (Qwen3-30B-A3B, gpt-oss, ...)
-    moe = [c for c in CASES if arch_of(c).is_moe or c.get("moe")]
+    moe = [c for c in CASES if is_moe(c)]
     assert len(moe) >= 10
     assert all(c["source"].startswith("https://") for c in moe)
+
+
+def test_ten_moe_launches_from_public_logs_are_planned_within_5_percent():
+    within = [c for c in FULL if is_moe(c) and abs(predicted(c).kv_cache_tokens / logged_pool(c) - 1) <= 0.05]
+    assert len(within) >= 10, [c["id"] for c in within]
 
 
 def test_accuracy_covers_single_gpu_and_tensor_parallel():
@@ -269,10 +289,40 @@ def test_a_launch_whose_warm_up_runs_out_of_memory_outside_the_budget_is_predict
     assert plan.kv_cache_tokens > 32768  # the KV cache itself was sized: the failure comes after
     assert plan.warmup_gib > plan.warmup_room_gib
     assert plan.suggestions[0].startswith("set vllm_extra_args ['--max-num-seqs'")
-    assert "vllm_gpu_memory_utilization to 0.94" in plan.suggestions[1]
+    assert "vllm_gpu_memory_utilization to 0.93" in plan.suggestions[1]
     # with the graphs the log measured (1.86 GiB, above the plan's 1.0) the margin is wider
     graphs, sampler = warmup_need_gib(arch_of(case), Overheads.for_version("0.11.0", 79.18, None, 1024), "0.11.0")
     assert logged["cuda_graph_gib"] + sampler > warmup_room_gib(79.18, 0.95) > graphs + sampler - 0.2
+
+
+#: Launches that started though the plan says their warm-up would not fit, and why.
+WARMUP_GAPS = {
+    "llama-4-scout-17b-16e-instruct-h100-tp4-gmu095-maxlen8k-v0190-llmdplanner": (
+        "vision-language: the vision encoder's profiling raised the peak the warm-up reuses (logged 3.19 GiB, "
+        "the plan's text-only 2.94) and its graphs took 1.13 GiB (the plan's 1.0); with a vocabulary as large "
+        "as gpt-oss-20b's, whose warm-up ran out of memory, the plan is 0.4 GiB short and refuses it, naming "
+        "--max-num-seqs 656 or utilization 0.93"
+    ),
+}
+
+SAMPLER_FAILURES = [c for c in CASES if "warming up sampler" in (c["logged"].get("error") or "")]
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in SAMPLER_FAILURES if (c["vllm_version"] or "").startswith("0.19")], ids=lambda c: c["id"]
+)
+def test_the_gpt_oss_warm_ups_that_ran_out_of_memory_on_0_19_are_predicted_not_to_fit(case):
+    # llm-d-planner PR 205: gpt-oss-20b on H100s at utilization 0.95 with 1024 sequences sized its KV cache,
+    # captured its graphs, then ran out of memory warming up the sampler (786 MiB = 1024 x 201,088 x 4 B)
+    plan = predicted(case)
+    assert plan.kv_cache_tokens == pytest.approx(case["logged"]["kv_cache_tokens"], rel=0.05)
+    assert not plan.fits and "warm-up" in plan.reason
+    assert plan.warmup_gib > plan.warmup_room_gib
+    assert plan.suggestions[0].startswith("set vllm_extra_args ['--max-num-seqs'")
+    # the fix is right: the plan with that many sequences fits
+    seqs = int(plan.suggestions[0].split("'")[3])
+    assert predicted({**case, "max_num_seqs": seqs}).fits
+    assert "vllm_gpu_memory_utilization to 0.9" in plan.suggestions[1]
 
 
 def test_the_warm_up_rule_lets_the_launches_that_started_through():
@@ -285,4 +335,8 @@ def test_the_warm_up_rule_lets_the_launches_that_started_through():
     qwen = arch_of(BY_ID["qwen3-8b-rtxa5000-tp1-v021"])
     assert warmup_need_gib(qwen, Overheads.for_version("0.21.0", 23.55), "0.21.0") == (0.0, 0.0)
     for case in FULL:
-        assert predicted(case).warmup_gib <= predicted(case).warmup_room_gib, case["id"]
+        plan = predicted(case)
+        if case["id"] in WARMUP_GAPS:
+            assert plan.warmup_gib > plan.warmup_room_gib, f"{case['id']} is no longer a gap"
+        else:
+            assert plan.warmup_gib <= plan.warmup_room_gib, case["id"]
