@@ -19,6 +19,14 @@ pinned to core 0 with the API server, decoding falls to about 11 tokens/s.) The 
 
 Each edge run is paired with the direct run after it; beside the medians, the median of the
 pairs' ratios (and their spread) says how far apart the two ways are with the drift cancelled.
+
+    python benchmarks/edge.py --state-dir D --interleaved 40
+
+pairs the two ways far more finely: one process, podkit's own bench code (``Bench.stream``, the
+request ``podkit bench`` times), and per pair one TTFT request and one round at each concurrency
+through the edge and the same straight to vLLM, in alternating order, so a pair's two halves are
+seconds apart instead of a whole ``bench`` run. It prints each figure's medians and the median of
+the pairs' ratios with its interquartile range.
 """
 
 from __future__ import annotations
@@ -31,10 +39,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from podkit.client.bench.run import TTFT_OUTPUT_TOKENS, Bench, Options  # noqa: E402
 from podkit.sandbox.box import Sandbox  # noqa: E402
 
 
@@ -87,6 +98,63 @@ def bench(box: Sandbox, inventory: str, out: Path, args) -> dict:
     return json.loads(proc.stdout)["sandbox"]
 
 
+def interleaved(box: Sandbox, pairs: int, rounds: int) -> int:
+    """Edge and direct in one process, request rounds alternating (see the module's docstring)."""
+    saved = json.loads(box.state_file.read_text())
+    key = box.api_key_file.read_text().strip()
+    options = Options(prompt_tokens=128, output_tokens=64)
+    urls = {"edge": f"http://127.0.0.1:{saved['edge_port']}", "direct": f"http://127.0.0.1:{saved['vllm_port']}"}
+    probe = Bench("sandbox", urls["direct"], key, "", options)
+    model = probe.client.models.list().data[0].id
+    benches = {way: Bench("sandbox", url, key, model, options) for way, url in urls.items()}
+    figures: dict[str, dict[str, list[float]]] = {way: {} for way in benches}
+
+    def ttft(bench: Bench) -> float:
+        prompt = bench.prompt(256)
+        timing = bench.stream(prompt, TTFT_OUTPUT_TOKENS)
+        if timing.error:
+            sys.exit(f"a TTFT request failed: {timing.error}")
+        return (timing.chunks[0] - timing.start) * 1000
+
+    def tokens_per_s(bench: Bench, level: int) -> float:
+        prompts = [bench.prompt(128) for _ in range(level * rounds)]  # /tokenize: before the clock
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=level) as pool:
+            timings = list(pool.map(lambda prompt: bench.stream(prompt, 64), prompts))
+        wall = time.perf_counter() - start
+        if any(t.error for t in timings):
+            sys.exit(f"a request failed: {next(t.error for t in timings if t.error)}")
+        return sum(t.output_tokens or 0 for t in timings) / wall
+
+    for bench in benches.values():  # warm both ways up: the first requests compile and connect
+        ttft(bench), tokens_per_s(bench, 4)
+    labels = {
+        "TTFT p50, 256-token prompt (ms)": ttft,
+        "output tokens/s, concurrency 1": lambda bench: tokens_per_s(bench, 1),
+        "output tokens/s, concurrency 4": lambda bench: tokens_per_s(bench, 4),
+    }
+    for index in range(pairs):
+        order = ("edge", "direct") if index % 2 == 0 else ("direct", "edge")
+        for label, measure in labels.items():
+            for way in order:
+                figures[way].setdefault(label, []).append(measure(benches[way]))
+    print(f"{'':<34}{'edge':>10}{'direct':>10}{'edge - direct':>16}{'pairs: median (quartiles)':>32}")
+    for label in labels:
+        edge, direct = figures["edge"][label], figures["direct"][label]
+        e, d = statistics.median(edge), statistics.median(direct)
+        if "TTFT" in label:
+            gaps = [a - b for a, b in zip(edge, direct)]
+            q1, mid, q3 = statistics.quantiles(gaps, n=4)
+            print(f"{label:<34}{e:>10.1f}{d:>10.1f}{e - d:>+10.1f}{'':<6}{mid:>+12.1f} ({q1:+.1f} .. {q3:+.1f})")
+        else:
+            ratios = [(a / b - 1) * 100 for a, b in zip(edge, direct)]
+            q1, mid, q3 = statistics.quantiles(ratios, n=4)
+            share = f"({(e / d - 1) * 100:+.1f}%)"
+            print(f"{label:<34}{e:>10.1f}{d:>10.1f}{e - d:>+10.1f} {share:<8}{mid:>+8.1f}% ({q1:+.1f} .. {q3:+.1f})")
+    print(f"({pairs} interleaved pairs, {rounds} round(s) of 64-token answers per concurrency level and pair)")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--state-dir", type=Path, required=True, help="a converged sandbox folder")
@@ -94,7 +162,12 @@ def main() -> int:
     parser.add_argument("--ttft-requests", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--split-cores", action="store_true", help="vLLM and the client on core 0, Caddy on the rest")
+    parser.add_argument(
+        "--interleaved", type=int, metavar="PAIRS", help="PAIRS alternating request rounds in one process instead"
+    )
     args = parser.parse_args()
+    if args.interleaved:
+        return interleaved(Sandbox(args.state_dir), args.interleaved, args.rounds)
     cpus = os.cpu_count() or 1
     if args.split_cores and cpus < 2:
         sys.exit("--split-cores needs at least 2 cores")

