@@ -45,6 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from podkit.client.api import VllmApi  # noqa: E402
 from podkit.client.bench.run import TTFT_OUTPUT_TOKENS, Bench, Options  # noqa: E402
 from podkit.sandbox.box import Sandbox  # noqa: E402
 
@@ -104,8 +105,7 @@ def interleaved(box: Sandbox, pairs: int, rounds: int) -> int:
     key = box.api_key_file.read_text().strip()
     options = Options(prompt_tokens=128, output_tokens=64)
     urls = {"edge": f"http://127.0.0.1:{saved['edge_port']}", "direct": f"http://127.0.0.1:{saved['vllm_port']}"}
-    probe = Bench("sandbox", urls["direct"], key, "", options)
-    model = probe.client.models.list().data[0].id
+    model = VllmApi(urls["direct"], key, "").openai.models.list().data[0].id
     benches = {way: Bench("sandbox", url, key, model, options) for way, url in urls.items()}
     figures: dict[str, dict[str, list[float]]] = {way: {} for way in benches}
 
@@ -127,7 +127,8 @@ def interleaved(box: Sandbox, pairs: int, rounds: int) -> int:
         return sum(t.output_tokens or 0 for t in timings) / wall
 
     for bench in benches.values():  # warm both ways up: the first requests compile and connect
-        ttft(bench), tokens_per_s(bench, 4)
+        ttft(bench)
+        tokens_per_s(bench, 4)
     labels = {
         "TTFT p50, 256-token prompt (ms)": ttft,
         "output tokens/s, concurrency 1": lambda bench: tokens_per_s(bench, 1),
