@@ -25,8 +25,14 @@ pairs' ratios (and their spread) says how far apart the two ways are with the dr
 pairs the two ways far more finely: one process, podkit's own bench code (``Bench.stream``, the
 request ``podkit bench`` times), and per pair one TTFT request and one round at each concurrency
 through the edge and the same straight to vLLM, in alternating order, so a pair's two halves are
-seconds apart instead of a whole ``bench`` run. It prints each figure's medians and the median of
-the pairs' ratios with its interquartile range.
+seconds apart instead of a whole ``bench`` run. It prints each figure's medians, the median of the
+pairs' ratios with its interquartile range, and the pooled figure (each way's tokens over its
+seconds, all pairs together) with a 95% interval from resampling the pairs.
+
+    python benchmarks/edge.py --state-dir D --interleaved 150 --client-nice 19
+
+runs the client at the lowest priority: on a real host the client is another machine, while here
+its threads parse every streamed chunk on the two cores vLLM and the edge decode and forward on.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import runpy
 import statistics
 import subprocess
@@ -99,24 +106,41 @@ def bench(box: Sandbox, inventory: str, out: Path, args) -> dict:
     return json.loads(proc.stdout)["sandbox"]
 
 
-def interleaved(box: Sandbox, pairs: int, rounds: int) -> int:
+def bootstrap(pairs: list[tuple[float, float]], figure, draws: int = 2000) -> tuple[float, float]:
+    """The 95% interval of FIGURE(pairs) over pairs drawn again with replacement (seeded: the same
+    records give the same interval)."""
+    rng = random.Random(0)
+    values = sorted(figure(rng.choices(pairs, k=len(pairs))) for _ in range(draws))
+    return values[int(0.025 * draws)], values[int(0.975 * draws) - 1]
+
+
+def pooled_gap(pairs: list[tuple[tuple[int, float], tuple[int, float]]]) -> float:
+    """Edge over direct in percent, each way's tokens summed over its summed seconds."""
+    edge = sum(e[0] for e, _ in pairs) / sum(e[1] for e, _ in pairs)
+    direct = sum(d[0] for _, d in pairs) / sum(d[1] for _, d in pairs)
+    return (edge / direct - 1) * 100
+
+
+def interleaved(box: Sandbox, pairs: int, rounds: int, client_nice: int) -> int:
     """Edge and direct in one process, request rounds alternating (see the module's docstring)."""
+    os.nice(client_nice)  # before any thread starts: the client's threads inherit it
     saved = json.loads(box.state_file.read_text())
     key = box.api_key_file.read_text().strip()
     options = Options(prompt_tokens=128, output_tokens=64)
     urls = {"edge": f"http://127.0.0.1:{saved['edge_port']}", "direct": f"http://127.0.0.1:{saved['vllm_port']}"}
     model = VllmApi(urls["direct"], key, "").openai.models.list().data[0].id
     benches = {way: Bench("sandbox", url, key, model, options) for way, url in urls.items()}
-    figures: dict[str, dict[str, list[float]]] = {way: {} for way in benches}
+    # per way and figure, one record a pair: (ms,) for TTFT, (tokens, seconds) for throughput
+    figures: dict[str, dict[str, list[tuple]]] = {way: {} for way in benches}
 
-    def ttft(bench: Bench) -> float:
+    def ttft(bench: Bench) -> tuple[float]:
         prompt = bench.prompt(256)
         timing = bench.stream(prompt, TTFT_OUTPUT_TOKENS)
         if timing.error:
             sys.exit(f"a TTFT request failed: {timing.error}")
-        return (timing.chunks[0] - timing.start) * 1000
+        return ((timing.chunks[0] - timing.start) * 1000,)
 
-    def tokens_per_s(bench: Bench, level: int) -> float:
+    def tokens_per_s(bench: Bench, level: int) -> tuple[int, float]:
         prompts = [bench.prompt(128) for _ in range(level * rounds)]  # /tokenize: before the clock
         start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=level) as pool:
@@ -124,7 +148,7 @@ def interleaved(box: Sandbox, pairs: int, rounds: int) -> int:
         wall = time.perf_counter() - start
         if any(t.error for t in timings):
             sys.exit(f"a request failed: {next(t.error for t in timings if t.error)}")
-        return sum(t.output_tokens or 0 for t in timings) / wall
+        return sum(t.output_tokens or 0 for t in timings), wall
 
     for bench in benches.values():  # warm both ways up: the first requests compile and connect
         ttft(bench)
@@ -139,20 +163,40 @@ def interleaved(box: Sandbox, pairs: int, rounds: int) -> int:
         for label, measure in labels.items():
             for way in order:
                 figures[way].setdefault(label, []).append(measure(benches[way]))
-    print(f"{'':<34}{'edge':>10}{'direct':>10}{'edge - direct':>16}{'pairs: median (quartiles)':>32}")
+    print(
+        f"{'':<34}{'edge':>10}{'direct':>10}{'edge - direct':>16}"
+        f"{'pairs: median (quartiles)':>32}{'pooled [95% interval]':>30}"
+    )
     for label in labels:
-        edge, direct = figures["edge"][label], figures["direct"][label]
-        e, d = statistics.median(edge), statistics.median(direct)
+        paired = list(zip(figures["edge"][label], figures["direct"][label]))
         if "TTFT" in label:
+            edge, direct = [e[0] for e, _ in paired], [d[0] for _, d in paired]
+            e, d = statistics.median(edge), statistics.median(direct)
             gaps = [a - b for a, b in zip(edge, direct)]
             q1, mid, q3 = statistics.quantiles(gaps, n=4)
-            print(f"{label:<34}{e:>10.1f}{d:>10.1f}{e - d:>+10.1f}{'':<6}{mid:>+12.1f} ({q1:+.1f} .. {q3:+.1f})")
+            low, high = bootstrap(
+                paired, lambda ps: statistics.median(a[0] for a, _ in ps) - statistics.median(b[0] for _, b in ps)
+            )
+            print(
+                f"{label:<34}{e:>10.1f}{d:>10.1f}{e - d:>+10.1f}{'':<6}{mid:>+12.1f} ({q1:+.1f} .. {q3:+.1f})"
+                f"{'':<8}p50 {e - d:+.1f} [{low:+.1f} .. {high:+.1f}]"
+            )
         else:
+            edge, direct = [n / s for n, s in figures["edge"][label]], [n / s for n, s in figures["direct"][label]]
+            e, d = statistics.median(edge), statistics.median(direct)
             ratios = [(a / b - 1) * 100 for a, b in zip(edge, direct)]
             q1, mid, q3 = statistics.quantiles(ratios, n=4)
             share = f"({(e / d - 1) * 100:+.1f}%)"
-            print(f"{label:<34}{e:>10.1f}{d:>10.1f}{e - d:>+10.1f} {share:<8}{mid:>+8.1f}% ({q1:+.1f} .. {q3:+.1f})")
-    print(f"({pairs} interleaved pairs, {rounds} round(s) of 64-token answers per concurrency level and pair)")
+            low, high = bootstrap(paired, pooled_gap)
+            print(
+                f"{label:<34}{e:>10.1f}{d:>10.1f}{e - d:>+10.1f} {share:<8}{mid:>+8.1f}% ({q1:+.1f} .. {q3:+.1f})"
+                f"{'':<6}{pooled_gap(paired):+.1f}% [{low:+.1f} .. {high:+.1f}]"
+            )
+    print(
+        f"({pairs} interleaved pairs, {rounds} round(s) of 64-token answers per concurrency level and pair, "
+        f"the client at nice {os.nice(0)};"
+    )
+    print(" pooled: each way's tokens over its seconds, all pairs together; the interval by resampling pairs)")
     return 0
 
 
@@ -166,9 +210,16 @@ def main() -> int:
     parser.add_argument(
         "--interleaved", type=int, metavar="PAIRS", help="PAIRS alternating request rounds in one process instead"
     )
+    parser.add_argument(
+        "--client-nice",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --interleaved: the client at this niceness, so the server's processes get the cores first",
+    )
     args = parser.parse_args()
     if args.interleaved:
-        return interleaved(Sandbox(args.state_dir), args.interleaved, args.rounds)
+        return interleaved(Sandbox(args.state_dir), args.interleaved, args.rounds, args.client_nice)
     cpus = os.cpu_count() or 1
     if args.split_cores and cpus < 2:
         sys.exit("--split-cores needs at least 2 cores")

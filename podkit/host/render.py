@@ -54,6 +54,9 @@ from podkit.settings import UNIT_NAME, PackageSpec, Settings
 TEMPLATES = PROJECT_ROOT / "templates"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # line breaks, tabs, escapes: what settings refuse
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# On a host whose vLLM decodes on the CPU, Caddy's niceness: when the cores are short the
+# scheduler gives decoding the turn (measured on the sandbox: benchmarks/edge.py, README)
+EDGE_NICE_ON_CPU = 10
 
 
 @dataclass(frozen=True)
@@ -283,8 +286,9 @@ class _Renderer:
 
     def edge(self, decodes_on_cpu: bool = False) -> RenderedFile:
         """``decodes_on_cpu``: vLLM's CPU build decodes on this host's cores, so Caddy gets one
-        (``GOMAXPROCS=1``): Go's idle threads spin looking for work, and on a few cores every
-        cycle they take comes out of decoding. On a GPU host Caddy keeps them all."""
+        (``GOMAXPROCS=1``) at a lower priority (``nice``): Go's idle threads spin looking for
+        work, and on a few cores every cycle they take comes out of decoding. On a GPU host Caddy
+        keeps them all, at the default priority."""
         s, paths = self.settings, self.paths
         return self.file(
             paths.edge_script,
@@ -298,6 +302,7 @@ class _Renderer:
             summed=edge_files(s),
             caddy=f"{self.bin}/caddy",
             go_threads=1 if decodes_on_cpu else None,
+            edge_nice=EDGE_NICE_ON_CPU,
         )
 
     def caddyfile(self, way: WayIn, host_name: str, hops: list[dict]) -> RenderedFile:

@@ -101,7 +101,7 @@ def files_for(volume: str, **data):
     return settings, files
 
 
-def test_caddy_gets_one_core_only_where_vllm_decodes_on_the_cpu(tmp_path):
+def test_caddy_gets_one_core_at_a_lower_priority_only_where_vllm_decodes_on_the_cpu(tmp_path):
     settings, gpu = files_for("/srv/vllm")
     cpu = host_files(
         settings,
@@ -112,6 +112,8 @@ def test_caddy_gets_one_core_only_where_vllm_decodes_on_the_cpu(tmp_path):
     )
     assert "GOMAXPROCS" not in gpu["edge"].content
     assert "\nGOMAXPROCS=1\nexport GOMAXPROCS\n" in cpu["edge"].content
+    assert "\nexec /srv/vllm/podkit/venv/bin/caddy run" in gpu["edge"].content
+    assert "\nexec nice -n 10 /srv/vllm/podkit/venv/bin/caddy run" in cpu["edge"].content
     script = tmp_path / "edge.sh"
     script.write_text(cpu["edge"].content)
     assert subprocess.run(["sh", "-n", str(script)]).returncode == 0
