@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -55,6 +56,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from podkit.client.api import VllmApi  # noqa: E402
 from podkit.client.bench.run import TTFT_OUTPUT_TOKENS, Bench, Options  # noqa: E402
 from podkit.sandbox.box import Sandbox  # noqa: E402
+
+# one pair's records, edge then direct: (ms,) for a TTFT, (tokens, seconds) for a round
+Pair = tuple[tuple, tuple]
 
 
 def pin(volume: Path, program: str, cores: str) -> list[int]:
@@ -106,7 +110,7 @@ def bench(box: Sandbox, inventory: str, out: Path, args) -> dict:
     return json.loads(proc.stdout)["sandbox"]
 
 
-def bootstrap(pairs: list[tuple[float, float]], figure, draws: int = 2000) -> tuple[float, float]:
+def bootstrap(pairs: list[Pair], figure: Callable[[list[Pair]], float], draws: int = 2000) -> tuple[float, float]:
     """The 95% interval of FIGURE(pairs) over pairs drawn again with replacement (seeded: the same
     records give the same interval)."""
     rng = random.Random(0)
@@ -114,7 +118,7 @@ def bootstrap(pairs: list[tuple[float, float]], figure, draws: int = 2000) -> tu
     return values[int(0.025 * draws)], values[int(0.975 * draws) - 1]
 
 
-def pooled_gap(pairs: list[tuple[tuple[int, float], tuple[int, float]]]) -> float:
+def pooled_gap(pairs: list[Pair]) -> float:
     """Edge over direct in percent, each way's tokens summed over its summed seconds."""
     edge = sum(e[0] for e, _ in pairs) / sum(e[1] for e, _ in pairs)
     direct = sum(d[0] for _, d in pairs) / sum(d[1] for _, d in pairs)
@@ -130,7 +134,7 @@ def interleaved(box: Sandbox, pairs: int, rounds: int, client_nice: int) -> int:
     urls = {"edge": f"http://127.0.0.1:{saved['edge_port']}", "direct": f"http://127.0.0.1:{saved['vllm_port']}"}
     model = VllmApi(urls["direct"], key, "").openai.models.list().data[0].id
     benches = {way: Bench("sandbox", url, key, model, options) for way, url in urls.items()}
-    # per way and figure, one record a pair: (ms,) for TTFT, (tokens, seconds) for throughput
+    # per way and figure, one record a pair (see Pair)
     figures: dict[str, dict[str, list[tuple]]] = {way: {} for way in benches}
 
     def ttft(bench: Bench) -> tuple[float]:
