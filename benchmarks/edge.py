@@ -118,6 +118,11 @@ def bootstrap(pairs: list[Pair], figure: Callable[[list[Pair]], float], draws: i
     return values[int(0.025 * draws)], values[int(0.975 * draws) - 1]
 
 
+def median_gap(pairs: list[Pair]) -> float:
+    """Edge minus direct, the medians of each way's TTFTs in ms."""
+    return statistics.median(e[0] for e, _ in pairs) - statistics.median(d[0] for _, d in pairs)
+
+
 def pooled_gap(pairs: list[Pair]) -> float:
     """Edge over direct in percent, each way's tokens summed over its summed seconds."""
     edge = sum(e[0] for e, _ in pairs) / sum(e[1] for e, _ in pairs)
@@ -178,15 +183,13 @@ def interleaved(box: Sandbox, pairs: int, rounds: int, client_nice: int) -> int:
             e, d = statistics.median(edge), statistics.median(direct)
             gaps = [a - b for a, b in zip(edge, direct)]
             q1, mid, q3 = statistics.quantiles(gaps, n=4)
-            low, high = bootstrap(
-                paired, lambda ps: statistics.median(a[0] for a, _ in ps) - statistics.median(b[0] for _, b in ps)
-            )
+            low, high = bootstrap(paired, median_gap)
             print(
                 f"{label:<34}{e:>10.1f}{d:>10.1f}{e - d:>+10.1f}{'':<6}{mid:>+12.1f} ({q1:+.1f} .. {q3:+.1f})"
-                f"{'':<8}p50 {e - d:+.1f} [{low:+.1f} .. {high:+.1f}]"
+                f"{'':<8}p50 {median_gap(paired):+.1f} [{low:+.1f} .. {high:+.1f}]"
             )
         else:
-            edge, direct = [n / s for n, s in figures["edge"][label]], [n / s for n, s in figures["direct"][label]]
+            edge, direct = [e[0] / e[1] for e, _ in paired], [d[0] / d[1] for _, d in paired]
             e, d = statistics.median(edge), statistics.median(direct)
             ratios = [(a / b - 1) * 100 for a, b in zip(edge, direct)]
             q1, mid, q3 = statistics.quantiles(ratios, n=4)

@@ -302,7 +302,7 @@ class _Renderer:
             summed=edge_files(s),
             caddy=f"{self.bin}/caddy",
             go_threads=1 if decodes_on_cpu else None,
-            edge_nice=EDGE_NICE_ON_CPU,
+            edge_nice=EDGE_NICE_ON_CPU if decodes_on_cpu else None,
         )
 
     def caddyfile(self, way: WayIn, host_name: str, hops: list[dict]) -> RenderedFile:
