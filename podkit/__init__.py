@@ -15,7 +15,7 @@ never the reverse):
     sandbox/         the local sandbox pod: private sshd, tiny model
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 import os
 from pathlib import Path

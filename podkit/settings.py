@@ -8,8 +8,8 @@ it. Everything else is derived from it:
   per setting, named as the key without its ``podkit_``/``vllm_`` prefix);
 - :data:`KEYS` (key -> meaning) and :func:`defaults`, which ``group_data/all.py``
   loads as every host's data;
-- :func:`settings_table`, the README's "Settings" table (a test fails when the
-  README's copy differs).
+- :func:`settings_table`, the docs' settings table (docs/settings.md, generated
+  when the site is built).
 
 Adding a setting is one ``Setting(...)`` line here plus the code that uses it;
 the checks live in ``podkit/checks.py``.
@@ -66,7 +66,7 @@ RETIRED = {
 class Setting:
     """One tunable: its key, its default, the check that turns a datum into the validated
     value (raising SettingsError that names the key and the fix), and a one-line meaning
-    (markdown; the README's table shows it)."""
+    (markdown; the docs' settings table shows it)."""
 
     name: str
     default: Any
@@ -235,7 +235,7 @@ SETTINGS: tuple[Setting, ...] = (
         checks.optional_group,
         "a router's replicas: the name of an inventory group whose hosts serve the same model",
     ),
-    # Measured in the README ("A fleet behind one endpoint"): cache_aware keeps an agent's session on
+    # Measured in docs/measured.md ("Routing policies"): cache_aware keeps an agent's session on
     # the replica that holds its prefix, with or without a session header.
     Setting(
         "podkit_router_policy",
@@ -270,7 +270,7 @@ SETTINGS: tuple[Setting, ...] = (
         "the head's address on the nodes' private network; `None` = the host's `PRIMARY_ADDR`",
     ),
     # vLLM's store binds every interface on this port; the workers' ports are bound to the
-    # private address. The README says what travels unencrypted.
+    # private address. docs/tasks/cluster.md says what travels unencrypted.
     Setting(
         "podkit_cluster_port",
         29501,
@@ -360,7 +360,7 @@ def defaults() -> dict[str, Any]:
 
 
 def settings_table() -> str:
-    """The README's "Settings" table, one row per declaration."""
+    """The docs' settings table (docs/settings.md), one row per declaration."""
     rows = ["| key | default | meaning |", "|---|---|---|"]
     for setting in SETTINGS:
         default = setting.default if isinstance(setting.default, str) else repr(setting.default)

@@ -22,10 +22,10 @@ if [ ! -x .venv/bin/python ]; then
     echo "setup: creating .venv" >&2
     python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import podkit, podkit_cli, pyinfra, click, openai, huggingface_hub, pytest" 2>/dev/null \
+if ! .venv/bin/python -c "import podkit, podkit_cli, pyinfra, click, openai, huggingface_hub, pytest, mkdocs, material" 2>/dev/null \
     || [ ! -x .venv/bin/podkit ] \
     || [ pyproject.toml -nt .venv/.podkit-installed ]; then
     echo "setup: installing podkit and its pinned dependencies into .venv" >&2
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,docs]'
     touch .venv/.podkit-installed
 fi

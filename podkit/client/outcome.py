@@ -1,12 +1,9 @@
 """The exit codes every client command shares (verify, bench, eval), and which of several failures
 explains the others.
 
-Codes (:class:`Outcome`, after httpie's): 0 all pass, 1 other failure, 2 bad input (click),
-3 unreachable (the endpoint, or the host over SSH), 4 auth, 5 tool calling,
-6 secret exposed (the key is in a process's argv, a log or a script on the host),
-7 port taken (a process podkit did not start holds the served port; the key was not sent to it),
-8 exposed (a route other than ``/v1/*`` and ``/health`` answers without the key, or vLLM listens
-beyond loopback: the edge is bypassed).
+The codes are :class:`Outcome` (after httpie's); what each means is :data:`MEANINGS`, the one
+place it is written: the docs' exit-code table is generated from it (:func:`exit_codes_table`)
+and a unit test checks that ``podkit verify --help`` says the same.
 """
 
 from __future__ import annotations
@@ -27,6 +24,31 @@ class Outcome(enum.IntEnum):
     SECRET_EXPOSED = 6  # the API key is in a process's argv, the server log or a script on the host
     PORT_TAKEN = 7  # a process podkit did not start holds the served port: the key is not sent to it
     EXPOSED = 8  # a route beside /v1 and /health answers without the key, or vLLM listens beyond loopback
+
+
+#: What each exit code means, 2 included (click's code for bad input, not an Outcome).
+MEANINGS: dict[int, str] = {
+    Outcome.OK: "all pass",
+    Outcome.ERROR: "other failure",
+    2: "bad input (a missing inventory file or host, a malformed option)",
+    Outcome.UNREACHABLE: "unreachable (the endpoint, or the host over SSH)",
+    Outcome.AUTH: "auth (the endpoint refuses the key, or answers without it)",
+    Outcome.TOOL_CALLING: "tool calling (an error, a call left as text, or arguments that break the schema)",
+    Outcome.SECRET_EXPOSED: "secret exposed (the key is in a process's argv, a log or a script on the host)",
+    Outcome.PORT_TAKEN: "port taken (a process podkit did not start holds the served port; the key was not sent)",
+    Outcome.EXPOSED: "exposed (a route beside /v1/* and /health answers without the key, "
+    "or vLLM listens beyond loopback: the edge is bypassed)",
+}
+
+
+def exit_codes_table() -> str:
+    """The docs' exit-code table (markdown): code, meaning, and its rank when several hosts or
+    checks fail (1 = reported first)."""
+    ranks = {outcome: str(severity(outcome) + 1) for outcome in Outcome if outcome != Outcome.OK}
+    rows = ["| code | meaning | rank |", "|---|---|---|"]
+    for code, meaning in sorted(MEANINGS.items()):
+        rows.append(f"| {int(code)} | {meaning} | {ranks.get(code, '')} |")
+    return "\n".join(rows) + "\n"
 
 
 def worst(outcomes: Iterable[Outcome]) -> Outcome:

@@ -14,10 +14,8 @@ programs, files and line numbers, never the key. The first check that carries
 the key waits for that read: the key goes only to the server podkit started on
 the port, never to a process that took the port, nor when the host cannot be read.
 
-Exit codes (:class:`podkit.client.outcome.Outcome`, imported here too): 0 all pass, 1 other failure, 2 bad input (click),
-3 unreachable (the endpoint, or the host over SSH), 4 auth, 5 tool calling,
-6 secret exposed (the key is in a process's argv, a log or a script on the host),
-7 port taken (a process podkit did not start holds the served port; the key was not sent).
+Exit codes: :class:`podkit.client.outcome.Outcome` (imported here too), whose
+:data:`~podkit.client.outcome.MEANINGS` say what each means.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 The venv lives on the persistent volume, so a pod restart (root disk wiped)
 finds it again; pip's cache and temporary files go to the volume as well. The
-CPU build needs two repairs that upstream does not make (see README, "CPU
-hosts"): pip pulls CUDA builds of torchvision/torchaudio/torchcodec that break
+CPU build needs two repairs that upstream does not make (docs/how-it-works.md,
+"CPU hosts"): pip pulls CUDA builds of torchvision/torchaudio/torchcodec that break
 model import, and the ``vllm`` CLI asks for metadata of a distribution called
 ``vllm`` whose version ends in ``+cpu``.
 """

@@ -55,7 +55,7 @@ TEMPLATES = PROJECT_ROOT / "templates"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # line breaks, tabs, escapes: what settings refuse
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # On a host whose vLLM decodes on the CPU, Caddy's niceness: when the cores are short the
-# scheduler gives decoding the turn (measured on the sandbox: benchmarks/edge.py, README)
+# scheduler gives decoding the turn (measured on the sandbox: benchmarks/edge.py, docs/measured.md)
 EDGE_NICE_ON_CPU = 10
 
 

@@ -18,7 +18,6 @@ from podkit.settings import (
     SettingsError,
     default_served_name,
     defaults,
-    settings_table,
 )
 from tests.helpers import ROOT, sample_data, settings  # noqa: E402
 
@@ -49,16 +48,6 @@ def test_group_data_all_gives_exactly_the_declared_defaults_to_pyinfra():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == json.loads(json.dumps(defaults()))
-
-
-def test_readme_settings_table_is_the_declarations():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]  # other sections have tables too
-    table = "".join(line + "\n" for line in section.splitlines() if line.startswith("|"))
-    assert table == settings_table(), (
-        "README's Settings table differs from podkit/settings.py: paste in the output of "
-        "python -c 'from podkit.settings import settings_table; print(settings_table(), end=\"\")'"
-    )
 
 
 def test_defaults_validate():

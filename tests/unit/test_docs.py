@@ -1,0 +1,105 @@
+"""The docs site against the code: every generated table comes out of the code it names, every
+command has a page, the exit codes agree with ``podkit verify --help``, and the README stays short.
+
+``mkdocs build --strict`` (scripts/test.sh) checks the links and anchors; these tests check what a
+build cannot see.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from podkit import __version__
+from podkit.client.outcome import MEANINGS, Outcome, exit_codes_table
+from podkit.settings import SETTINGS, settings_table
+from podkit_cli import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+PAGES = sorted(DOCS.rglob("*.md"))
+
+
+def load_hooks():
+    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+hooks = load_hooks()
+
+
+def page(name: str) -> str:
+    """A page as the site shows it: its markers expanded."""
+    return hooks.expand((DOCS / name).read_text(), name)
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: str(p.relative_to(DOCS)))
+def test_every_marker_on_every_page_expands(path):
+    text = hooks.expand(path.read_text(), str(path))
+    assert "<!-- podkit:" not in text
+
+
+def test_an_unknown_marker_names_the_page_and_the_known_ones():
+    with pytest.raises(ValueError, match=r"x\.md: unknown marker podkit:setings; known: commands, exit-codes"):
+        hooks.expand("<!-- podkit:setings -->", "x.md")
+
+
+def test_a_help_marker_for_a_command_that_is_not_one_lists_the_commands():
+    with pytest.raises(KeyError, match="podkit has no command 'verfy'; it has: bench, cache"):
+        hooks.expand("<!-- podkit:help verfy -->", "x.md")
+
+
+def test_the_settings_page_shows_every_declaration():
+    text = page("settings.md")
+    assert settings_table() in text
+    for setting in SETTINGS:
+        assert f"| `{setting.name}` |" in text
+
+
+def test_every_command_has_a_page_with_its_help():
+    assert sorted(hooks.COMMAND_PAGES) == sorted(cli.commands)
+    for name, link in hooks.COMMAND_PAGES.items():
+        text = page(f"commands/{link}")
+        assert f"$ podkit {name} --help\nUsage: podkit {name} " in text, name
+    table = page("commands/index.md")
+    for name, found in cli.commands.items():
+        for sub in getattr(found, "commands", None) or [""]:
+            assert f"[`podkit {f'{name} {sub}'.strip()}`]" in table
+
+
+def test_the_exit_code_table_has_every_outcome_and_bad_input():
+    table = page("commands/index.md")
+    assert exit_codes_table() in table
+    assert sorted(MEANINGS) == sorted({*map(int, Outcome), 2})
+
+
+@pytest.mark.parametrize("code", sorted(MEANINGS))
+def test_verify_help_says_what_the_table_says(code):
+    """verify --help lists the codes in its own words; each code's name (the meaning up to its
+    parenthesis) must be there, next to the code."""
+    help_text = " ".join(CliRunner().invoke(cli, ["verify", "--help"]).output.split())
+    name = MEANINGS[code].split(" (")[0]
+    assert f"{code} {name}" in help_text, (code, name)
+
+
+def test_the_readme_is_read_in_five_minutes_and_its_links_resolve():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    for link in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme):
+        if not link.startswith(("http://", "https://")):
+            assert (ROOT / link).exists(), link
+
+
+def test_the_version_is_written_once():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "podkit.__version__"}
+    assert CliRunner().invoke(cli, ["--version"]).output == f"podkit, version {__version__}\n"
+    assert f"\n## {__version__}\n" in (ROOT / "CHANGELOG.md").read_text()
