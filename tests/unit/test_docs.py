@@ -103,3 +103,45 @@ def test_the_version_is_written_once():
     assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "podkit.__version__"}
     assert CliRunner().invoke(cli, ["--version"]).output == f"podkit, version {__version__}\n"
     assert f"\n## {__version__}\n" in (ROOT / "CHANGELOG.md").read_text()
+
+
+#: The refusals page's rows that the settings make, as (the datum, the message the page quotes):
+#: each quote must be on the page and be what the code says.
+SETTINGS_REFUSALS = [
+    ({"vllm_max_model_length": 65536}, "unknown setting vllm_max_model_length; did you mean vllm_max_model_len?"),
+    ({"vllm_host": "0.0.0.0"}, "vllm_host is no longer a setting: vLLM now listens on 127.0.0.1 only"),
+    ({"podkit_restart_backoff_max": 30}, "supervisord restarts the server now: see podkit_start_retries"),
+    (
+        {"podkit_domain": "https://x"},
+        "podkit_domain must be a DNS name such as 'llm.example.com' (no scheme, port or path), got 'https://x'",
+    ),
+    (
+        {"vllm_served_model_name": "coder\nx"},
+        "vllm_served_model_name holds a control character ('\\n' at position 5): a datum is one line of "
+        "printable text; remove it",
+    ),
+    (
+        {"vllm_extra_env": {"MY-VAR": "1"}},
+        "vllm_extra_env has an invalid variable name 'MY-VAR': use letters, digits and _",
+    ),
+    (
+        {"vllm_extra_args": ["--api_key", "K"]},
+        "vllm_extra_args must not carry --api-key (vLLM reads '--api_key' as it): a key on argv is visible "
+        "to every local user",
+    ),
+    (
+        {"vllm_tool_call_parser": "not a name!"},
+        "vllm_tool_call_parser must be a parser name such as 'hermes', 'auto' or None, got 'not a name!'",
+    ),
+]
+
+
+@pytest.mark.parametrize("datum, quoted", SETTINGS_REFUSALS, ids=lambda v: next(iter(v)) if isinstance(v, dict) else "")
+def test_the_refusals_page_quotes_what_the_settings_say(datum, quoted):
+    from podkit.checks import SettingsError
+    from podkit.settings import Settings, defaults
+
+    assert quoted in " ".join((DOCS / "refusals.md").read_text().split()), "the page does not quote it"
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_mapping({**defaults(), **datum})
+    assert quoted in str(refused.value)
