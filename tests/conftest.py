@@ -1,2 +1,36 @@
 """The whole suite: tests import podkit and podkit_cli as installed (``pip install -e .``) and the
 test doubles in testing/ from the project root (pytest.ini's ``pythonpath``)."""
+
+import os
+import subprocess
+
+import pytest
+
+#: What a pure test may not do: start a process. A test that does is marked ``proc`` (or ``e2e``),
+#: so ``pytest -m "not e2e and not proc"`` is the pure layer and stays fast.
+_STARTERS = ((subprocess.Popen, "__init__"), (os, "fork"), (os, "posix_spawn"), (os, "posix_spawnp"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Fail a test that starts a process without the ``proc`` or ``e2e`` marker, naming the fix.
+    Setup and teardown count too: a fixture that starts an sshd makes its tests ``proc``."""
+    if item.get_closest_marker("proc") or item.get_closest_marker("e2e"):
+        yield
+        return
+    saved = [(owner, name, getattr(owner, name)) for owner, name in _STARTERS if hasattr(owner, name)]
+
+    def refuse(*args, **kwargs):
+        what = args[1] if len(args) > 1 and args[0].__class__ is subprocess.Popen else (args[:1] or "fork")
+        raise AssertionError(
+            f"{item.nodeid} starts a process ({what!r}) but is not marked proc: add @pytest.mark.proc "
+            "(or pytestmark = pytest.mark.proc for the module)"
+        )
+
+    for owner, name, _ in saved:
+        setattr(owner, name, refuse)
+    try:
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)

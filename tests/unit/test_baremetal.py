@@ -24,6 +24,7 @@ from tests.helpers import host_plan as plan
 INVENTORY = ROOT / "inventories" / "baremetal.py"
 
 
+@pytest.mark.proc
 def test_inventory_loads_the_same_in_the_cli_and_in_pyinfra():
     ours = {h.name: h for h in load_hosts(str(INVENTORY))}
     out = subprocess.run(
@@ -101,6 +102,7 @@ def files_for(volume: str, **data):
     return settings, files
 
 
+@pytest.mark.proc
 def test_caddy_gets_one_core_at_a_lower_priority_only_where_vllm_decodes_on_the_cpu(tmp_path):
     settings, gpu = files_for("/srv/vllm")
     cpu = host_files(
@@ -167,6 +169,7 @@ def test_systemd_replaces_supervisord_conf_with_three_units_on_the_volume():
     )
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize(
     "role, script", [("unit", "launch_script"), ("edge_unit", "edge_script"), ("idle_unit", "venv_python")]
 )

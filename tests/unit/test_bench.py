@@ -292,7 +292,7 @@ def fake_server():
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeVllm)
     FakeVllm.requests = []
     FakeVllm.sessions = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)  # stops within 50 ms
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()

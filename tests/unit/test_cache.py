@@ -4,7 +4,11 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from podkit.host.probe import podctl_command
+
+pytestmark = pytest.mark.proc  # starts real processes (see pytest.ini)
 
 
 def podctl(action, cfg):

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from podkit_cli import cli
@@ -15,6 +16,7 @@ from tests.helpers import ROOT
 GROUPS = ("bench", "cache", "client", "eval", "key", "plan", "sandbox", "tunnel", "verify")
 
 
+@pytest.mark.proc
 def test_the_console_script_and_the_shim_are_the_same_command():
     script = shutil.which("podkit", path=str(Path(sys.executable).parent))
     assert script, "pip install -e . installs the podkit console script"
@@ -71,6 +73,7 @@ def test_an_inventory_that_raises_is_one_line(tmp_path):
     assert one_line_error(result) == f"Error: cannot load {inventory}: RuntimeError: the CMDB is down"
 
 
+@pytest.mark.proc
 def test_the_sandbox_inventory_after_sandbox_down_says_to_bring_it_up(tmp_path):
     """pyinfra loads inventories/sandbox.py itself: one line with the fix, for the deploy and the CLI."""
     env = {**os.environ, "PODKIT_SANDBOX_DIR": str(tmp_path / "sandbox")}

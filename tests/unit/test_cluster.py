@@ -246,6 +246,7 @@ def test_a_ranks_vllm_is_left_down_when_it_exits_and_a_servers_is_restarted():
     assert "export VLLM_HOST_IP=10.65.0.2" in follower["env"].content
 
 
+@pytest.mark.proc
 def test_the_probe_reads_runpods_cluster_variables_and_the_way_to_the_head(tmp_path, monkeypatch):
     """podctl run for real: a RunPod Instant Cluster's variables stand in for data, and the head's
     address on this host is local (loopback here: the kernel's own answer, no packet sent)."""

@@ -39,6 +39,7 @@ def test_defaults_are_fresh_copies():
     assert defaults()["vllm_extra_args"] == [] and defaults()["vllm_generation_config"]["temperature"] == 0.15
 
 
+@pytest.mark.proc
 def test_group_data_all_gives_exactly_the_declared_defaults_to_pyinfra():
     # pyinfra's own reader, in a child process (importing pyinfra_cli monkey-patches the process with gevent)
     code = (

@@ -195,6 +195,7 @@ def _bash_env(snippet: str) -> dict[str, str]:
     return dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
 
 
+@pytest.mark.proc
 def test_the_shell_exports_read_the_key_from_its_file_when_they_run(case, tmp_path):
     cs = settings_for(case, tmp_path)
     text = env_snippet(cs)
@@ -208,6 +209,7 @@ def test_the_shell_exports_read_the_key_from_its_file_when_they_run(case, tmp_pa
     assert ("SSL_CERT_FILE" in env) == case["ca"]
 
 
+@pytest.mark.proc
 def test_the_shell_exports_hold_the_key_itself_only_when_given(case, tmp_path):
     cs = settings_for(case, tmp_path)
     text = env_snippet(cs, key=KEY)
@@ -251,6 +253,7 @@ def test_the_python_snippet_compiles_uses_the_endpoint_and_turns_tracing_off(cas
     assert (cs.ca_file in strings) == case["ca"]
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize(
     "model",
     ['a "quoted" name', "colon: and # hash", "{braces}, [brackets] & *star", "ünï ☃ 模型", "yes", "123", "- dash"],
@@ -601,6 +604,7 @@ def _answers(port: int) -> bool:
         return False
 
 
+@pytest.mark.proc
 @needs_ssh
 def test_tunnel_forwards_the_edge_until_ctrl_c(tmp_path, ssh_box):
     inventory = write_inventory(tmp_path, {"box": ssh_box})
@@ -624,6 +628,7 @@ def test_tunnel_forwards_the_edge_until_ctrl_c(tmp_path, ssh_box):
             proc.kill()
 
 
+@pytest.mark.proc
 @needs_ssh
 def test_tunnel_exits_3_with_ssh_last_line_when_ssh_ends(tmp_path, ssh_box):
     inventory = write_inventory(tmp_path, {"box": ssh_box})
@@ -639,6 +644,7 @@ def test_tunnel_exits_3_with_ssh_last_line_when_ssh_ends(tmp_path, ssh_box):
             proc.kill()
 
 
+@pytest.mark.proc
 @needs_ssh
 def test_tunnel_refuses_a_host_key_that_is_not_the_pinned_one(tmp_path, ssh_box):
     other = tmp_path / "other_known_hosts"

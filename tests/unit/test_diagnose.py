@@ -140,6 +140,7 @@ def readiness_cfg(tmp_path):
         proc.wait()
 
 
+@pytest.mark.proc
 def test_a_starting_server_is_waited_for_despite_exits_left_from_earlier_starts(readiness_cfg):
     """An interrupted run fixed the files; the exit count still says 5 exits, but a server is
     starting: readiness keeps waiting instead of calling it a crash loop, and shows only its lines."""
@@ -158,6 +159,7 @@ def test_a_starting_server_is_waited_for_despite_exits_left_from_earlier_starts(
     assert result.log_tail[0].startswith("Triton is installed")  # the current start's first line
 
 
+@pytest.mark.proc
 def test_with_no_server_running_the_exit_count_ends_the_wait(readiness_cfg):
     from podkit.host.readiness import WaitResult
     from podkit.remote import podctl
@@ -166,6 +168,7 @@ def test_with_no_server_running_the_exit_count_ends_the_wait(readiness_cfg):
     assert result.hopeless and "vLLM exited 5 times" in result.failure(_settings(), 30)
 
 
+@pytest.mark.proc
 def test_a_server_that_answers_is_ready_whatever_the_count_and_the_log_say(readiness_cfg):
     import http.server
     import threading

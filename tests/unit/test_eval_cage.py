@@ -91,6 +91,7 @@ print(json.dumps({"score": score, "info": info}))
 """
 
 
+@pytest.mark.proc
 def test_a_hostile_answer_reads_no_secret_writes_nothing_outside_and_reaches_no_network(tmp_path):
     """The finding: a `feature` answer that reads the controller's HF_TOKEN from /proc, the API key
     file, writes outside its folder and phones home. The controller runs in a child process so that
@@ -126,6 +127,7 @@ def test_a_hostile_answer_reads_no_secret_writes_nothing_outside_and_reaches_no_
     assert "Ran 4 tests" in output and result["info"]["tests"]["passed"] and result["score"] == 2
 
 
+@pytest.mark.proc
 def test_the_time_limit_ends_everything_the_tests_started(tmp_path):
     marker = str(31_000_000 + secrets.randbelow(10**6))  # a sleep no one else runs
     (tmp_path / "test_slow.py").write_text(
@@ -160,6 +162,7 @@ def sleepers(marker: str) -> list[int]:
     return found
 
 
+@pytest.mark.proc
 def test_the_cage_sees_only_usr_python_and_its_workspace(tmp_path):
     (tmp_path / "test_view.py").write_text(
         "import os, unittest\n"
@@ -235,6 +238,7 @@ def test_without_bwrap_model_code_is_refused_with_one_line_and_never_runs(tmp_pa
     assert not marker.exists()
 
 
+@pytest.mark.proc
 def test_a_bwrap_that_cannot_create_namespaces_is_refused_and_runs_nothing(tmp_path, monkeypatch):
     bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
     bin_dir.mkdir()

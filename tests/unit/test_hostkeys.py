@@ -9,10 +9,13 @@ from podkit.runpod.pods import PodHost
 from podkit.sandbox.sshd import PrivateSshd
 from podkit_cli.hosts import run_on as run
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("sshd") is None and not shutil.os.path.exists("/usr/sbin/sshd"),
-    reason="openssh-server is not installed (.ci/run installs it)",
-)
+pytestmark = [
+    pytest.mark.proc,
+    pytest.mark.skipif(
+        shutil.which("sshd") is None and not shutil.os.path.exists("/usr/sbin/sshd"),
+        reason="openssh-server is not installed (.ci/run installs it)",
+    ),
+]
 
 
 @pytest.fixture

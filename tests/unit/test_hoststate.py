@@ -48,6 +48,7 @@ def dist_info(site: Path, name: str, version: str) -> None:
     (folder / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\nbody\n")
 
 
+@pytest.mark.proc
 def test_empty_cpu_host(tmp_path):
     state = probe(settings_for(tmp_path / "volume"), fake_bin(tmp_path, "true", "exit 0"))
     assert not state.has_gpus and state.gpu_error is None
@@ -60,6 +61,7 @@ def test_empty_cpu_host(tmp_path):
     assert not state.supervised("supervisord") and not state.ready("Qwen3-Coder-30B-A3B-Instruct")
 
 
+@pytest.mark.proc
 def test_gpus_from_nvidia_smi(tmp_path):
     smi = fake_bin(tmp_path, "nvidia-smi", "printf '%s\\n' '" + "' '".join(H100_X2) + "'")
     state = probe(settings_for(tmp_path), smi)
@@ -67,6 +69,7 @@ def test_gpus_from_nvidia_smi(tmp_path):
     assert state.gpus[0].memory_mib == 81559 and state.gpus[0].supports_fp8
 
 
+@pytest.mark.proc
 def test_failing_nvidia_smi_is_a_preflight_problem(tmp_path):
     smi = fake_bin(
         tmp_path,
@@ -79,6 +82,7 @@ def test_failing_nvidia_smi_is_a_preflight_problem(tmp_path):
     assert any("nvidia-smi is installed but failed" in p for p in host_problems(settings, state, needs_install=False))
 
 
+@pytest.mark.proc
 def test_venv_with_cpu_build_and_shim_matches(tmp_path):
     settings = settings_for(tmp_path)
     venv = Path(settings.paths.venv)
@@ -96,6 +100,7 @@ def test_venv_with_cpu_build_and_shim_matches(tmp_path):
     assert choose_vllm(settings, state) == (spec, state.venv)
 
 
+@pytest.mark.proc
 def test_broken_venv_interpreter_is_not_usable(tmp_path):
     settings = settings_for(tmp_path)
     venv = Path(settings.paths.venv)
@@ -107,6 +112,7 @@ def test_broken_venv_interpreter_is_not_usable(tmp_path):
     assert not state.venv.matches(PackageSpec("vllm", "0.33.0"))
 
 
+@pytest.mark.proc
 def test_pid_files_survive_pid_reuse(tmp_path):
     settings = settings_for(tmp_path)
     run = Path(settings.paths.run)
@@ -119,6 +125,7 @@ def test_pid_files_survive_pid_reuse(tmp_path):
     assert state.vllm_pid is None
 
 
+@pytest.mark.proc
 def test_supervisord_is_the_process_its_pid_file_names_only_if_it_runs_this_config(tmp_path):
     """After a pod restart supervisord.pid names a pid that is soon another process's: the probe
     takes it for supervisord only when that process is supervisord with this volume's config."""
@@ -144,6 +151,7 @@ def test_supervisord_is_the_process_its_pid_file_names_only_if_it_runs_this_conf
             proc.wait()
 
 
+@pytest.mark.proc
 def test_a_dead_unreaped_supervisor_or_server_is_not_running(tmp_path):
     """A pod stop kills supervisord and its programs; PID 1 of many containers never reaps them,
     so their /proc entries and start times stay. They must read as stopped, or the deploy would
@@ -162,6 +170,7 @@ def test_a_dead_unreaped_supervisor_or_server_is_not_running(tmp_path):
         proc.wait()
 
 
+@pytest.mark.proc
 def test_a_runner_left_by_an_older_podkit_is_found(tmp_path):
     settings = settings_for(tmp_path)
     run = Path(settings.paths.run)
@@ -170,6 +179,7 @@ def test_a_runner_left_by_an_older_podkit_is_found(tmp_path):
     assert probe(settings).legacy_runner == os.getpid()
 
 
+@pytest.mark.proc
 def test_serving_sums_compare_with_files(tmp_path):
     settings = settings_for(tmp_path)
     paths = settings.paths
@@ -188,6 +198,7 @@ def test_serving_sums_compare_with_files(tmp_path):
     assert not probe(settings).edge_current_files()
 
 
+@pytest.mark.proc
 def test_the_probe_sums_every_file_podkit_writes_and_reads_the_tools_in_the_venv(tmp_path):
     settings = settings_for(tmp_path)
     paths = settings.paths
@@ -253,6 +264,7 @@ def test_the_gpu_lines_a_real_h100_printed_read_as_an_fp8_card():
     assert row.split(", ")[:2] == [gpu.name, f"{gpu.memory_mib} MiB"] and "compute_cap" in header
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("which", ["vllm_port", "podkit_edge_port"])
 def test_port_taken_by_someone_else_is_refused(tmp_path, which):
     import socket
@@ -268,6 +280,7 @@ def test_port_taken_by_someone_else_is_refused(tmp_path, which):
     assert problems == [f"port {port} is already in use by a process podkit did not start; stop it or set {which}"]
 
 
+@pytest.mark.proc
 def test_a_router_hop_port_a_stranger_holds_is_refused_with_who_holds_it(tmp_path):
     """A router host's hops and metrics port (after vllm_port) are read in the same probe: a port
     another process listens on is refused before anything changes, naming it and the fix."""
@@ -354,6 +367,7 @@ def shared_tmp():
     shutil.rmtree(folder)
 
 
+@pytest.mark.proc
 def test_probe_says_who_it_runs_as(tmp_path):
     import grp
     import pwd
@@ -367,6 +381,7 @@ def test_probe_says_who_it_runs_as(tmp_path):
     assert state.sudo["needs"] == [], "root (or a writable volume) never asks sudo"
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("exists", [False, True])
 def test_volume_the_user_cannot_write_and_no_sudo_names_both_fixes(shared_tmp, exists):
     volume = shared_tmp / "srv" / "vllm"  # srv is root's, 0755
@@ -385,6 +400,7 @@ def test_volume_the_user_cannot_write_and_no_sudo_names_both_fixes(shared_tmp, e
     ]
 
 
+@pytest.mark.proc
 def test_volume_the_user_cannot_write_with_sudo_is_no_problem(shared_tmp):
     (shared_tmp / "srv").mkdir()
     settings = settings_for(shared_tmp / "srv" / "vllm")
@@ -393,6 +409,7 @@ def test_volume_the_user_cannot_write_with_sudo_is_no_problem(shared_tmp):
     assert host_problems(settings, state, needs_install=False) == []
 
 
+@pytest.mark.proc
 def test_no_sudo_installed_says_so(shared_tmp):
     (shared_tmp / "srv").mkdir()
     settings = settings_for(shared_tmp / "srv" / "vllm")
@@ -428,6 +445,7 @@ def systemd_host(tmp_path, monkeypatch):
     return host
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize(
     "state, present, up, enabled, main_pid, supervisor_pid, program_state",
     [
@@ -471,6 +489,7 @@ def test_systemd_unit_state_and_what_readiness_sees(
     assert waited.hopeless == (not up)
 
 
+@pytest.mark.proc
 def test_a_supervisord_left_running_is_named_when_systemd_supervises(systemd_host, tmp_path):
     """Switching to podkit_supervisor = "systemd": the supervisord of the volume's config still holds
     the ports, and the probe says so (the deploy shuts it down before it starts the units)."""
@@ -487,6 +506,7 @@ def test_a_supervisord_left_running_is_named_when_systemd_supervises(systemd_hos
         left.wait()
 
 
+@pytest.mark.proc
 def test_probe_on_a_systemd_host_reads_the_units_in_the_same_command(systemd_host, tmp_path):
     podctl = systemd_host("serving")
     settings = settings_for(tmp_path, podkit_supervisor="systemd")
@@ -505,6 +525,7 @@ def test_probe_on_a_systemd_host_reads_the_units_in_the_same_command(systemd_hos
     assert not one_down.supervised("systemd"), "both units must be up"
 
 
+@pytest.mark.proc
 def test_systemd_problems(tmp_path):
     from podkit.host.probe import Unit
 
@@ -542,6 +563,7 @@ def test_systemd_problems(tmp_path):
     )
 
 
+@pytest.mark.proc
 def test_a_port_held_by_podkits_own_processes_is_not_a_stranger(tmp_path):
     """vLLM's port held while launch.sh's server runs, the edge's while edge.sh's Caddy runs, either
     while a runner from an older podkit runs (the deploy stops it first): none is a stranger."""
@@ -557,6 +579,7 @@ def test_a_port_held_by_podkits_own_processes_is_not_a_stranger(tmp_path):
     ]
 
 
+@pytest.mark.proc
 def test_a_podkit_folder_left_by_another_user_is_named_with_its_fix(shared_tmp):
     volume = shared_tmp / "vllm"
     (volume / "podkit").mkdir(parents=True)  # made by root, as an earlier deploy as root would
@@ -573,6 +596,7 @@ def test_a_podkit_folder_left_by_another_user_is_named_with_its_fix(shared_tmp):
 # --- drift: modes and owners of what podkit manages ---------------------------------------------
 
 
+@pytest.mark.proc
 def test_probe_reads_modes_and_owners_and_the_operations_put_back_only_what_drifted(tmp_path):
     """secrets/ at 0755, the key at 0644 (readable by every user), launch.sh at 0644 (the next start
     breaks): the probe, in its one command, sees each, and the operations chmod them back."""
@@ -628,6 +652,7 @@ def test_probe_reads_modes_and_owners_and_the_operations_put_back_only_what_drif
 # --- packages foreign to the CPU build -----------------------------------------------------------
 
 
+@pytest.mark.proc
 def test_probe_flags_cuda_packages_in_the_cpu_venv(tmp_path):
     settings = settings_for(tmp_path)
     venv = Path(settings.paths.venv)
@@ -687,6 +712,7 @@ def started_server(hub_cache):
     raise AssertionError("the stand-in engine did not start")
 
 
+@pytest.mark.proc
 def test_an_engine_whose_server_was_killed_is_an_orphan_and_reap_stops_it(tmp_path):
     import signal
     import time
@@ -766,6 +792,7 @@ def wait_gone(pid, timeout=10.0):
         time.sleep(0.1)
 
 
+@pytest.mark.proc
 def test_a_second_deploy_is_refused_while_the_first_runs_and_the_lock_ends_with_its_connection(tmp_path):
     settings = settings_for(tmp_path)
     first = Controller(settings, runs=2)
@@ -792,6 +819,7 @@ def test_a_second_deploy_is_refused_while_the_first_runs_and_the_lock_ends_with_
     wait_gone(third.states[0].lock["holder_pid"])
 
 
+@pytest.mark.proc
 def test_a_lock_whose_holder_was_killed_is_taken_over_with_a_note(tmp_path):
     import signal
 
@@ -811,6 +839,7 @@ def test_a_lock_whose_holder_was_killed_is_taken_over_with_a_note(tmp_path):
     wait_gone(second.states[0].lock["holder_pid"])
 
 
+@pytest.mark.proc
 def test_the_probe_takes_no_lock_unless_the_deploy_asks(tmp_path):
     settings = settings_for(tmp_path)
     assert probe(settings).lock is None

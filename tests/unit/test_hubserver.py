@@ -435,6 +435,7 @@ def test_requests_are_recorded(hub, api):
 # --------------------------------------------------------------------------- slow mode, stop, command line
 
 
+@pytest.mark.proc
 def test_throttled_download_killed_midway_leaves_an_orphan(hub, hub_root, tmp_path):
     """The slow mode lets a test SIGKILL a download; with huggingface_hub 2.4.0 the next run starts over."""
     payload = os.urandom(400_000)
@@ -508,11 +509,13 @@ def test_stop_cuts_off_a_throttled_download(hub_root):
     assert "error" in result  # short body: IncompleteRead
 
 
+@pytest.mark.proc
 def test_module_does_not_import_pyinfra_or_click():
     code = "import sys, testing.hub; sys.exit(bool({'pyinfra', 'click'} & set(sys.modules)))"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
 
+@pytest.mark.proc
 def test_command_line(hub_root):
     proc = subprocess.Popen(
         [sys.executable, "-m", "testing.hub", str(hub_root), "--port", "0", "--token", TOKEN],

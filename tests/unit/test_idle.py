@@ -154,6 +154,7 @@ def pod_env(api, tmp_path, **changes):
     return {k: v for k, v in env.items() if v is not None}
 
 
+@pytest.mark.proc
 def test_the_pod_is_stopped_with_its_own_runpodctl_and_key(api, tmp_path):
     ok, said = idle.stop_pod({"pod_id": "ignored-when-the-pod-says"}, pod_env(api, tmp_path))
     assert ok, said
@@ -165,6 +166,7 @@ def test_the_pod_is_stopped_with_its_own_runpodctl_and_key(api, tmp_path):
     assert POD_KEY not in (tmp_path / "runpodctl.log").read_text()
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize(
     "changes, cause",
     [
@@ -241,6 +243,7 @@ def test_a_request_seen_on_the_second_look_keeps_the_server(tmp_path):
     assert stops == [] and json.loads((tmp_path / "idle.json").read_text())["in_flight"] == 1
 
 
+@pytest.mark.proc
 def test_the_server_is_stopped_through_the_real_supervisord(pod):
     """action "server": supervisorctl stops vLLM (its launch script ends), the edge stays up, the
     marker says why; the next start of vLLM removes the marker."""
@@ -294,6 +297,7 @@ def test_a_follower_knows_the_head_by_its_listening_port():
     assert not idle.head_answers(follow)
 
 
+@pytest.mark.proc
 def test_a_follower_stops_its_server_through_the_real_supervisord_when_the_head_goes(pod):
     import socket
 
@@ -316,6 +320,7 @@ def test_a_follower_stops_its_server_through_the_real_supervisord_when_the_head_
     assert json.loads(Path(box.paths.stopped_marker).read_text())["why"].endswith("stopped answering 15 s ago")
 
 
+@pytest.mark.proc
 def test_the_watcher_runs_on_the_python_the_host_has():
     """It is a host program: the standard library only, any Python 3.8+ syntax (no walrus, no match)."""
     source = Path(idle.__file__).read_text()

@@ -3,8 +3,12 @@
 import os
 import subprocess
 
+import pytest
+
 from podkit.host.install import install_command
 from podkit.settings import PackageSpec, Paths
+
+pytestmark = pytest.mark.proc  # starts real processes (see pytest.ini)
 
 FAKE_PYTHON3 = """#!/bin/sh
 # python3 -m venv DIR: make DIR/bin/python, a pip that fills the volume

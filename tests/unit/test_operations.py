@@ -154,6 +154,7 @@ server.shell(name="Write the marker", commands=["touch {marker}"])
 """
 
 
+@pytest.mark.proc
 def test_ctrl_c_during_a_deploy_exits_non_zero_and_says_what_is_left_undone(tmp_path):
     """A real pyinfra run against a private sshd, sent SIGINT in its first operation."""
     import os

@@ -8,6 +8,8 @@ import pkgutil
 import subprocess
 import sys
 
+import pytest
+
 import podkit
 
 # Shipped to the host and run there by its own Python: not imported on the controller.
@@ -37,6 +39,7 @@ def test_every_subpackage_is_walked():
     assert len(modules) >= 25
 
 
+@pytest.mark.proc
 def test_podkit_imports_neither_pyinfra_nor_click():
     code = (
         "import sys\n"

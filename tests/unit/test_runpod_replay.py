@@ -196,6 +196,7 @@ def runpodctl(api, log, *argv, key=None):
     return subprocess.run([str(RUNPODCTL), *argv], env=env, capture_output=True, text=True, timeout=30)
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize(
     "argv, key, code, said, kind",
     [
@@ -228,6 +229,7 @@ def test_the_stand_in_runpodctl_stops_a_pod_as_the_real_one_does(api, tmp_path, 
 CAN_NETNS = os.geteuid() == 0 and all(shutil.which(tool) for tool in ("ip", "unshare", "ssh", "ssh-keygen"))
 
 
+@pytest.mark.proc
 @pytest.mark.skipif(not CAN_NETNS, reason="needs root, iproute2, unshare and OpenSSH (a stand-in pod)")
 def test_a_stand_in_pod_stops_itself_with_the_key_in_its_pid_1_environment(tmp_path):
     key = tmp_path / "client"

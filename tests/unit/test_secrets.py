@@ -105,6 +105,7 @@ def deploy_refusal(tmp_path, env=None, key_mode=0o600, token_mode=None):
     return proc.returncode, output, [line for line in output.splitlines() if line.strip()][-1]
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize(
     "env, key_mode, token_mode, cause, fix",
     [

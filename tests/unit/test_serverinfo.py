@@ -79,6 +79,7 @@ def started_server(*argv):
     raise AssertionError("the stand-in server did not start")
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("supervisor", ["supervisord", "systemd"])
 def test_describe_finds_the_server_launch_sh_recorded_under_either_supervisor(tmp_path, monkeypatch, supervisor):
     """launch.sh writes vllm.pid whichever supervisor starts it; under systemd the unit's MainPID is
@@ -114,6 +115,7 @@ def test_describe_finds_the_server_launch_sh_recorded_under_either_supervisor(tm
             proc.wait()
 
 
+@pytest.mark.proc
 def test_describe_reads_the_generation_config_and_scans_for_the_key_only_when_asked(tmp_path):
     import subprocess
     import sys
@@ -200,6 +202,7 @@ def describe_cfg(tmp_path, port, **extra):
     }
 
 
+@pytest.mark.proc
 def test_podctl_names_a_stranger_on_the_port_and_knows_podkits_server(tmp_path, http_server):
     from podkit.client.serverinfo import key_refusal
     from podkit.remote import podctl
@@ -228,6 +231,7 @@ def test_podctl_names_a_stranger_on_the_port_and_knows_podkits_server(tmp_path, 
     assert not podctl_run("describe", describe_cfg(tmp_path, port))["listener"]["podkit"]
 
 
+@pytest.mark.proc
 def test_podctl_says_when_nothing_listens(tmp_path):
     from podkit.sandbox.sshd import free_port
 
@@ -236,6 +240,7 @@ def test_podctl_says_when_nothing_listens(tmp_path):
     assert listener == {"port": port, "held": False, "podkit": False, "pid": None, "program": None, "user": None}
 
 
+@pytest.mark.proc
 def test_describe_says_where_vllm_listens_and_which_routes_it_serves(tmp_path, http_server):
     """For verify's edge check: every address the server's processes listen on (the shell's child
     holds the socket here), and the paths of the /openapi.json vLLM answers on loopback."""
@@ -305,6 +310,7 @@ def test_describe_config_names_every_log_script_and_caddys_folder():
 # ------------------------------------------------- a malformed checkpoint record is no record
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize(
     "record, why",
     [

@@ -120,11 +120,13 @@ def test_pyinfra_data_uses_connector_key_names(tmp_path):
     }
 
 
+@pytest.mark.proc
 def test_module_imports_neither_pyinfra_nor_click():
     code = "import sys, podkit.sandbox.sshd; bad = {'pyinfra', 'click', 'paramiko'} & set(sys.modules); assert not bad, bad"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 
 
+@pytest.mark.proc
 @needs_sshd
 def test_keys_are_idempotent_and_private(fresh):
     fresh.ensure_keys()
@@ -138,6 +140,7 @@ def test_keys_are_idempotent_and_private(fresh):
     assert fresh.authorized_keys.read_text().strip() == pub
 
 
+@pytest.mark.proc
 @needs_sshd
 def test_openssh_client(server):
     _, host = server
@@ -153,6 +156,7 @@ def test_openssh_client(server):
     assert (proc.returncode, proc.stdout) == (0, "hi\n"), proc.stderr
 
 
+@pytest.mark.proc
 @needs_sshd
 def test_paramiko_exec(server):
     _, host = server
@@ -163,6 +167,7 @@ def test_paramiko_exec(server):
         client.close()
 
 
+@pytest.mark.proc
 @needs_sshd
 def test_start_twice_reuses_the_server(server):
     sshd, host = server
@@ -176,6 +181,7 @@ def test_start_twice_reuses_the_server(server):
     assert _listeners(sshd.config_file) == [pid]
 
 
+@pytest.mark.proc
 @needs_sshd
 def test_stop_then_start_keeps_port_and_host_key(fresh):
     assert fresh.status() == {"running": False, "pid": None, "port": None, "log": str(fresh.log_file)}
@@ -201,6 +207,7 @@ def test_stop_then_start_keeps_port_and_host_key(fresh):
         client.close()
 
 
+@pytest.mark.proc
 @needs_sshd
 def test_saved_port_moves_only_when_taken(fresh):
     port = fresh.start().port
@@ -220,6 +227,7 @@ def test_saved_port_moves_only_when_taken(fresh):
         assert pinned.status()["running"] is False
 
 
+@pytest.mark.proc
 @needs_sshd
 def test_start_recovers_from_stale_pid_file(fresh):
     fresh.state_dir.mkdir(parents=True)
@@ -237,6 +245,7 @@ def _exec_once(host: SshHost, command: str) -> tuple[int, str]:
         client.close()
 
 
+@pytest.mark.proc
 @needs_sshd
 def test_server_outlives_the_process_that_started_it(fresh):
     code = f"from podkit.sandbox.sshd import PrivateSshd; PrivateSshd({str(fresh.state_dir)!r}).start()"
@@ -248,6 +257,7 @@ def test_server_outlives_the_process_that_started_it(fresh):
     assert _exec_once(host, "echo alive") == (0, "alive\n")
 
 
+@pytest.mark.proc
 @needs_sshd
 def test_stop_ends_open_sessions(fresh):
     host = fresh.start()
@@ -265,6 +275,7 @@ def test_stop_ends_open_sessions(fresh):
         client.close()
 
 
+@pytest.mark.proc
 @needs_sshd
 def test_sessions_count_one_line_per_remote_command(server, tmp_path):
     sshd, host = server
@@ -289,6 +300,7 @@ def test_sessions_count_one_line_per_remote_command(server, tmp_path):
     assert new[4].startswith(f"Starting session: command {prefix}")
 
 
+@pytest.mark.proc
 @needs_sshd
 def test_sftp_put(server, tmp_path):
     _, host = server
@@ -305,6 +317,7 @@ def test_sftp_put(server, tmp_path):
     assert remote.read_text() == "payload\n"
 
 
+@pytest.mark.proc
 @needs_sshd
 def test_wrong_host_key_is_refused(server, tmp_path):
     _, host = server
@@ -330,6 +343,7 @@ def test_wrong_host_key_is_refused(server, tmp_path):
         _paramiko(host, known_hosts=bad)
 
 
+@pytest.mark.proc
 @needs_sshd
 def test_pyinfra_deploy_runs_against_it(server, tmp_path):
     sshd, host = server
@@ -374,6 +388,7 @@ finally:
 """
 
 
+@pytest.mark.proc
 @needs_sshd
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare for a private mount namespace"

@@ -231,6 +231,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.proc
 def test_the_rendered_conf_is_read_by_supervisord_as_podkit_means_it(pod, supervisor_bin):
     """supervisord's own parser on the rendered file: both programs, their scripts, group signals,
     log sizes and copies, the retry count, and a control socket that only its user can use."""
@@ -263,6 +264,7 @@ def test_the_rendered_conf_is_read_by_supervisord_as_podkit_means_it(pod, superv
     }
 
 
+@pytest.mark.proc
 def test_supervise_starts_supervisord_which_runs_both_programs_from_the_current_files(pod):
     box = pod()
     assert box.probe().supervisor_pid is None
@@ -288,6 +290,7 @@ def test_supervise_starts_supervisord_which_runs_both_programs_from_the_current_
     assert "podkit: starting vLLM" in box.log() and f"stand-in vLLM {vllm} up" in box.log()
 
 
+@pytest.mark.proc
 def test_quick_exits_back_off_then_leave_the_program_fatal_until_supervise_starts_it(pod):
     """A server that exits within its start (a bad flag, no memory) is retried after 1, 2 ... s,
     podkit_start_retries times, then left FATAL: readiness stops waiting and names it, and the next
@@ -317,6 +320,7 @@ def test_quick_exits_back_off_then_leave_the_program_fatal_until_supervise_start
     assert box.crashes() == "0"
 
 
+@pytest.mark.proc
 def test_an_edge_that_cannot_start_is_left_fatal_and_the_next_supervise_starts_it(pod):
     """Caddy exits at once (its port taken): retried podkit_start_retries times with back-off, then
     FATAL; vLLM runs on; readiness gives up at once and names the edge; supervise starts it again."""
@@ -336,6 +340,7 @@ def test_an_edge_that_cannot_start_is_left_fatal_and_the_next_supervise_starts_i
     assert box.running()[0] == vllm, "vLLM was left alone"
 
 
+@pytest.mark.proc
 def test_supervise_restarts_only_the_program_named(pod):
     box = pod()
     box.supervise()
@@ -350,6 +355,7 @@ def test_supervise_restarts_only_the_program_named(pod):
     assert box.crashes() == "0", "a restart asked for is no crash"
 
 
+@pytest.mark.proc
 def test_supervise_with_a_changed_config_restarts_supervisord_and_both_programs(pod):
     box = pod()
     box.supervise()
@@ -362,6 +368,7 @@ def test_supervise_with_a_changed_config_restarts_supervisord_and_both_programs(
     assert {new_vllm, new_edge}.isdisjoint({vllm, edge})
 
 
+@pytest.mark.proc
 def test_supervisord_rotates_the_server_log_keeping_log_keep_copies(pod):
     box = pod(podkit_log_max_bytes=1024, podkit_log_keep=2)
     (box.control / "talk").write_text("")  # 12 lines of 500 bytes at each start
@@ -375,6 +382,7 @@ def test_supervisord_rotates_the_server_log_keeping_log_keep_copies(pod):
     assert podctl.rotated(str(log)) == [str(log), f"{log}.1", f"{log}.2"]
 
 
+@pytest.mark.proc
 def test_stale_pid_files_after_a_pod_restart_name_nothing_and_supervise_starts_afresh(pod):
     """A pod restart kills every process and keeps the volume: supervisord.pid, vllm.pid and
     edge.pid stay, and their pids are soon another process's. None is taken for podkit's."""
@@ -407,6 +415,7 @@ def test_stale_pid_files_after_a_pod_restart_name_nothing_and_supervise_starts_a
             proc.wait()
 
 
+@pytest.mark.proc
 def test_a_server_killed_with_sigkill_is_restarted_and_launch_sh_ends_its_engine(pod):
     """The OOM killer's SIGKILL leaves the engine re-parented: launch.sh, leader of the group, ends
     what is left of it, counts the exit, and supervisord starts the next server (the edge is left
@@ -432,6 +441,7 @@ def test_a_server_killed_with_sigkill_is_restarted_and_launch_sh_ends_its_engine
     assert box.crashes() == "1", "a stop is no crash"
 
 
+@pytest.mark.proc
 def test_a_volume_path_with_a_space_a_quote_or_a_dollar_is_run_and_summed_as_it_is(pod):
     """supervisord splits command= itself (shlex): the script's path is one quoted word. launch.sh
     records the sums of what it started from whatever the path holds, and nothing in it runs."""
@@ -443,6 +453,7 @@ def test_a_volume_path_with_a_space_a_quote_or_a_dollar_is_run_and_summed_as_it_
     assert not list(box.root.rglob("PWNED")) and not Path("PWNED").exists()
 
 
+@pytest.mark.proc
 def test_a_volume_path_with_a_percent_sign_is_served(pod):
     box = pod(volume="100% full")
     assert box.supervise()["ok"]
@@ -479,6 +490,7 @@ def end_group(proc):
     proc.wait()
 
 
+@pytest.mark.proc
 def test_launch_sh_ends_as_soon_as_vllm_ended_and_nothing_is_left_of_its_group(pod):
     box = pod()
     launch = launch_alone(box, "sleep 0.5\nexit 3\n")
@@ -488,6 +500,7 @@ def test_launch_sh_ends_as_soon_as_vllm_ended_and_nothing_is_left_of_its_group(p
         end_group(launch)
 
 
+@pytest.mark.proc
 def test_launch_sh_passes_on_the_status_of_a_vllm_that_exits_at_once(pod):
     box = pod()
     launch = launch_alone(box, "exit 3\n")

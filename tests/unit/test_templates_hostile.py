@@ -164,6 +164,7 @@ def header(content: str, first_code_line: str) -> list[str]:
 # --- launch.sh and env.sh --------------------------------------------------------------------------
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("value", hostile())
 def test_env_and_launch_scripts_run_nothing_they_carry(tmp_path, value):
     hostile, launch, vllm_bin, files = render(tmp_path, value, volume=tame_volume(tmp_path, value))
@@ -189,6 +190,7 @@ def test_env_and_launch_scripts_run_nothing_they_carry(tmp_path, value):
 # --- edge.sh and the Caddyfile -----------------------------------------------------------------------
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("value", hostile())
 def test_edge_script_runs_nothing_it_carries(tmp_path, value):
     hostile, _, _, files = render(tmp_path, value, volume=tame_volume(tmp_path, value))
@@ -260,6 +262,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize(
     "value",
     [v for v in HOSTILE if not has_control(v)],

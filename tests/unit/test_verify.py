@@ -313,6 +313,7 @@ def test_podctl_scans_every_log_podkit_writes_and_caddys_data_folder(host, tmp_p
     assert key not in json.dumps(found)
 
 
+@pytest.mark.proc
 def test_podctl_finds_the_key_in_a_process_argv(host):
     key, cfg = host
     planted = subprocess.Popen(
@@ -500,6 +501,7 @@ def test_nothing_on_the_port_says_podkits_server_is_down():
     assert report.outcome == Outcome.UNREACHABLE
 
 
+@pytest.mark.proc
 @pytest.mark.skipif(
     shutil.which("sshd") is None and not os.path.exists("/usr/sbin/sshd"), reason="openssh-server is not installed"
 )
