@@ -24,7 +24,12 @@ def verify(inventory, host_names, as_json, timeout):
     chunk, clean end), /metrics with vllm:kv_cache_usage_perc, a tool call
     with tool_choice "auto" (a call left as text names the wrong parser and
     the right one), and a named tool call whose arguments must match a strict
-    schema. Meanwhile one command over SSH reads who listens on the served
+    schema; then each API other agents speak, with a tool call: Responses
+    (streamed, a function_call item: Codex CLI, the OpenAI Agents SDK) and
+    Anthropic Messages (a tool_use block, the key sent as x-api-key: Claude
+    Code), the latter where the running vLLM serves it (its own
+    /openapi.json). A failure names the agents that would break.
+    Meanwhile one command over SSH reads who listens on the served
     port and checks that the API key is in no process's argv, the server log
     (and its rotated copies) or the scripts on the host. The key is read from
     the same file the deploy used, and sent only once that command says the

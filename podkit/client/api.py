@@ -87,12 +87,20 @@ class VllmApi:
     def url(self, path: str) -> str:
         return f"{self.base_url}{path}"
 
-    def fetch(self, path: str, body: Any = None, key: bool = True, timeout: float | None = None) -> Answer:
-        """GET ``path`` (or POST ``body`` as JSON), with the bearer key unless ``key`` is False.
+    def fetch(
+        self,
+        path: str,
+        body: Any = None,
+        key: bool = True,
+        timeout: float | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Answer:
+        """GET ``path`` (or POST ``body`` as JSON), with the bearer key unless ``key`` is False,
+        and ``headers`` besides.
 
         Never raises: an HTTP error is its status, no answer is status None with the reason.
         """
-        request = urllib.request.Request(self.url(path))
+        request = urllib.request.Request(self.url(path), headers=headers or {})
         if body is not None:
             request.data = json.dumps(body).encode()
             request.add_header("Content-Type", "application/json")

@@ -1,4 +1,5 @@
 """Read-only checks of what a coding agent depends on: health, auth, models, chat, tool calls,
+the other APIs agents speak (Responses, Anthropic Messages: :mod:`podkit.client.agentapis`),
 and that the API key has not leaked on the host.
 
 Each check returns a :class:`Check` (pass/fail, a reason that names the fix,
@@ -27,14 +28,16 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import openai
 
+from podkit.client.agentapis import AGENT_APIS, AgentApi, unserved
 from podkit.client.api import VllmApi
+from podkit.client.edgecheck import edge_refusals
 from podkit.client.outcome import Outcome, worst
 from podkit.client.serverinfo import ServerInfo, key_refusal
-from podkit.client.targets import is_loopback
 from podkit.client.toolcalls import WEATHER_TOOL, schema_errors, silent_failure, wrong_parser
 from podkit.host.probe import orphan_line
 
@@ -346,55 +349,12 @@ class Verifier:
             return False, f"{call.name}({call.arguments}) breaks the schema: {'; '.join(errors)}", Outcome.TOOL_CALLING
         return True, f"{call.name}({json.dumps(arguments, sort_keys=True)}) matches the schema", Outcome.OK
 
-    def edge(self, info: ServerInfo) -> tuple[bool, str, Outcome]:
-        """Through the address a client uses and without the key, every route the running vLLM
-        serves beside ``/v1`` (its own ``/openapi.json``, read on the host) is refused, only
-        ``/health`` answers; and vLLM's processes listen on loopback only."""
-        if info.router is not None:  # vLLM's router publishes no route list: its own, from its binary
-            routes = sorted(ROUTER_ROUTES)
-        elif info.routes is None:
-            return False, "could not read the running vLLM's /openapi.json on the host", Outcome.ERROR
-        else:
-            routes = sorted({r for r in info.routes if not r.startswith("/v1/")} | FASTAPI_ROUTES)
-        # a cluster's head: vLLM's store takes the meeting port on every address (vLLM offers no way to
-        # bind it to one) and the ranks' own ports take the private address; nothing else may be wide
-        master = (info.flag("--master-addr"), info.flag("--master-port")) if info.flag("--nnodes") else None
-        ranks = [
-            a
-            for a in info.vllm_listens or []
-            if master and (a["address"] == master[0] or str(a["port"]) == master[1]) and not is_loopback(a["address"])
-        ]
-        wide = [
-            f"{a['address']}:{a['port']}"
-            for a in info.vllm_listens or []
-            if not is_loopback(a["address"]) and a not in ranks
-        ]
-        if wide:
-            what = "the router" if info.router is not None else "vLLM"
-            return False, f"{what} listens on {', '.join(wide)}: clients can bypass the edge", Outcome.EXPOSED
-        answered = []
-        for route in routes:
-            if route == "/health":
-                continue
-            answer = self.api.fetch(route.split("{", 1)[0], key=False, timeout=15)
-            if answer.status is None:
-                return False, f"no answer from {self.base_url}{route}: {answer.error}", Outcome.UNREACHABLE
-            if answer.status not in (401, 403, 404):
-                answered.append(f"{route} ({answer.status})")
-        if answered:
-            return (
-                False,
-                f"answer without the key: {', '.join(answered)}; only /v1/* with the key and /health may: "
-                "re-apply so the edge owns the port",
-                Outcome.EXPOSED,
-            )
-        refused = f"{len(routes) - ('/health' in routes)} routes beside /v1 refused without the key"
-        if ranks:
-            refused += (
-                f"; the cluster's ranks listen on {len(ranks)} port{'s' if len(ranks) != 1 else ''} of {master[0]} "
-                f"and port {master[1]} (keep them off the internet)"
-            )
-        return True, refused, Outcome.OK
+    def agent_api(self, entry: AgentApi) -> tuple[bool, str, Outcome]:
+        """One API of :data:`AGENT_APIS`, probed where the running vLLM serves it (its route list,
+        read once on the host; a router host has none: its replicas' answer decides)."""
+        info = self.host_info()
+        skipped = unserved(entry, info.routes if info else None, info.vllm_version if info else None)
+        return skipped or entry.probe(entry, self.api, self.router)
 
     def _read_host(self) -> tuple[ServerInfo, float]:
         start = time.monotonic()
@@ -416,6 +376,7 @@ class Verifier:
             ("replicas", self.replicas, True) if self.router else ("metrics", self.metrics, True),
             ("tool call (auto)", self.tool_auto, True),
             ("tool call (named, strict)", self.tool_named, True),
+            *((entry.check, partial(self.agent_api, entry), True) for entry in AGENT_APIS),
         ]
 
     def run(self) -> Report:
@@ -448,7 +409,7 @@ class Verifier:
                 report.checks += found
                 if info.leaks is not None:
                     report.checks.append(orphan_check(info, seconds))
-                    report.checks.append(self._timed("edge refuses the rest", lambda: self.edge(info)))
+                    report.checks.append(self._timed("edge refuses the rest", lambda: edge_refusals(self.api, info)))
         report.started = started.isoformat(timespec="milliseconds")
         report.seconds = round(time.monotonic() - start, 3)
         return report
@@ -472,30 +433,6 @@ class Verifier:
             outcome = Outcome.ERROR if where.get("error") else Outcome.UNREACHABLE
             report.checks.append(Check(name, False, refusal, seconds, outcome))
         return False
-
-
-# FastAPI's own pages, which its /openapi.json does not list
-FASTAPI_ROUTES = {"/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect"}
-# vLLM's router (vllm-router 0.1.17) serves these beside /v1 and lists them nowhere: read from its
-# binary's route table (strings of vllm_router_rs.abi3.so); its admin routes change the worker list
-ROUTER_ROUTES = {
-    "/add_worker",
-    "/remove_worker",
-    "/list_workers",
-    "/workers",
-    "/flush_cache",
-    "/get_server_info",
-    "/get_model_info",
-    "/generate",
-    "/health_generate",
-    "/invocations",
-    "/rerank",
-    "/pooling",
-    "/tokenize",
-    "/detokenize",
-    "/version",
-    "/metrics",
-}
 
 
 def _error_text(exc: openai.APIStatusError) -> str:
