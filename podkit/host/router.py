@@ -16,6 +16,9 @@ replicas' caches, stay.
 
 The client's ``Authorization`` header passes through the router (checked by the router host's
 edge first, then by each replica's), so the key is in no file and on no command line here either.
+vllm-router 0.1.17 forwards ``/v1/responses`` and ``/v1/messages`` with none of the client's
+headers, so a loopback hop sets the key again on a request that comes without one, from the
+edge's environment (``{env.PODKIT_API_KEY}``); verify's Responses and Messages checks prove it.
 
 Everything here is pure: the deploy gives it the group's hosts and their data.
 """

@@ -61,6 +61,13 @@ def test_a_replica_is_reached_the_way_a_client_reaches_it(case):
     assert replica.ca == case["ca"]
     assert (f"tls_trust_pool file {case['ca']}" in caddyfile) == bool(case["ca"])
     assert "header_up Host {upstream_hostport}" in caddyfile  # the replica's edge matches its own site
+    # vllm-router 0.1.17 forwards /v1/responses and /v1/messages without the client's headers: the hop
+    # (loopback only) sets the key again, from the edge's environment, never written here
+    hop = caddyfile.split(f"http://127.0.0.1:{replica.hop_port} {{", 1)[1]
+    assert (
+        '@keyless not header Authorization *\n\trequest_header @keyless Authorization "Bearer {env.PODKIT_API_KEY}"'
+        in hop
+    )
 
 
 def test_each_replica_gets_a_loopback_hop_port_that_is_neither_the_router_nor_the_edge():
