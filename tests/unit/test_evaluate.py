@@ -91,6 +91,7 @@ PARAMS = PROFILES["coding"]
 # ---------------------------------------------------------------- correctness of one answer
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("case", CASES, ids=[c["answer"] for c in CASES])
 def test_recorded_answers_score_as_expected(case):
     task = TASKS[case["task"]]
@@ -108,6 +109,7 @@ def test_every_task_is_scored_by_some_case():
     assert {c["correctness"] for c in CASES if c["task"] == "bugfix"} == {0, 1, 2}
 
 
+@pytest.mark.proc
 def test_the_shipped_workspaces_fail_their_tests_until_solved():
     """The bug, the missing feature and the tool task are real: the original files fail; the refactor's pass."""
     for name in ("bugfix", "feature", "refactor"):
@@ -273,6 +275,7 @@ def tool_script(name):
     return json.loads((FIXTURES / name).read_text())["turns"]
 
 
+@pytest.mark.proc
 def test_the_tool_loop_reads_writes_and_passes_the_tests():
     client = FakeClient(scripted(tool_script("tools_good.json")))
     score, info = run_tool_task(Endpoint(client, "m", 100), TASKS["tools"], PARAMS)
@@ -289,6 +292,7 @@ def test_the_tool_loop_reads_writes_and_passes_the_tests():
     assert last[3]["tool_call_id"] == "call_1"
 
 
+@pytest.mark.proc
 def test_the_tool_loop_refuses_test_edits_and_paths_outside_and_scores_a_half_change():
     score, info = run_tool_task(
         Endpoint(FakeClient(scripted(tool_script("tools_partial.json"))), "m", 100), TASKS["tools"], PARAMS
@@ -301,6 +305,7 @@ def test_the_tool_loop_refuses_test_edits_and_paths_outside_and_scores_a_half_ch
     assert results[4] == "error: no tool named 'delete_file'; the tools are read_file and write_file"
 
 
+@pytest.mark.proc
 def test_the_tool_loop_stops_at_the_turn_limit():
     client = FakeClient(scripted(tool_script("tools_loop.json")))
     score, info = run_tool_task(Endpoint(client, "m", 100), TASKS["tools"], PARAMS)
@@ -359,6 +364,7 @@ def battery(answers, tools_file, runs=2, profiles=("coding",), server=SERVER):
     return record, messages
 
 
+@pytest.mark.proc
 def test_a_battery_of_good_answers_scores_full_marks_and_keeps_every_raw_output():
     record, messages = battery(GOOD, "tools_good.json")
     coding = record["results"]["coding"]
@@ -371,6 +377,7 @@ def test_a_battery_of_good_answers_scores_full_marks_and_keeps_every_raw_output(
     assert record["server"]["serve_args"] == SERVER["serve_args"] and record["settings"]["tasks"] == list(TASK_ORDER)
 
 
+@pytest.mark.proc
 def test_records_round_trip_and_compare(tmp_path):
     good, _ = battery(GOOD, "tools_good.json", profiles=("coding", "chat"))
     bad, _ = battery(
@@ -403,6 +410,7 @@ def test_records_round_trip_and_compare(tmp_path):
     assert all(row["noise"] and row["difference"] == 0 for row in same["profiles"]["coding"]["tasks"].values())
 
 
+@pytest.mark.proc
 def test_the_summary_and_table_leave_out_raw_outputs():
     record, _ = battery(GOOD, "tools_good.json", runs=1)
     short = summary(record)
