@@ -11,12 +11,13 @@ from pyinfra.api import FunctionCommand, operation
 from podkit.host.fetch import FetchSpec, progress_line, start_command, status_config
 from podkit.host.probe import podctl_command
 from podkit.settings import Paths
+from podkit.text import clean
 
 
 def _podctl(host, action: str, cfg: dict):
     status, output = host.run_shell_command(podctl_command(action, cfg), print_output=False)
     if not status:
-        raise RuntimeError(output.stderr[-300:])
+        raise RuntimeError(clean(output.stderr[-300:]))
     return json.loads(output.stdout.strip().splitlines()[-1])
 
 
@@ -83,7 +84,9 @@ def _fetch(
     if not already_running:
         status, output = host.run_shell_command(start_command(spec, paths, python, endpoint), print_output=False)
         if not status:
-            host.log_styled(f"could not start the fetch: {output.stderr[-300:]}", fg="red", log_func=logger.error)
+            host.log_styled(
+                clean(f"could not start the fetch: {output.stderr[-300:]}"), fg="red", log_func=logger.error
+            )
             return False
     start = time.monotonic()
     cfg = status_config(spec, paths)
@@ -97,9 +100,9 @@ def _fetch(
             return True
         if result or not report["running"]:
             error = (result or {}).get("error") or "the fetch stopped without a result; its log follows"
-            host.log_styled(f"fetching {spec.repo} failed: {error}", fg="red", log_func=logger.error)
+            host.log_styled(clean(f"fetching {spec.repo} failed: {error}"), fg="red", log_func=logger.error)
             for line in report["log_tail"][-10:]:
-                host.log(f"  | {line}", log_func=logger.error)
+                host.log(f"  | {clean(line)}", log_func=logger.error)
             return False
         if elapsed >= deadline:
             _kill(host, paths)
@@ -152,7 +155,7 @@ def fetched(
         )
     """
     if note:
-        host.log(note, logger.warning)
+        host.log(clean(note), logger.warning)
     if complete:
         host.noop(f"{spec.repo}@{spec.revision[:12]} is complete on the volume")
         return

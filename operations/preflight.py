@@ -5,10 +5,12 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 
+from podkit.text import clean
+
 
 def _refuse(state, host, problems: list[str]) -> bool:
     for problem in problems:
-        host.log_styled(f"preflight: {problem}", fg="red", log_func=logger.error)
+        host.log_styled(clean(f"preflight: {problem}"), fg="red", log_func=logger.error)
     return False
 
 

@@ -12,6 +12,7 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from podkit.host.install import install_command
 from podkit.host.router import Replica
 from podkit.settings import PackageSpec, Paths
+from podkit.text import clean
 
 _EOF = "PODKIT_CA_EOF"
 
@@ -91,7 +92,7 @@ def _copy_certificates(state, host, replicas: list[Replica], current: dict[str, 
     if commands:
         status, output = host.run_shell_command(StringCommand("\n".join(commands)), print_output=False)
         if not status:
-            host.log_styled(f"writing the replicas' CA certificates failed: {output.stderr[-300:]}", fg="red")
+            host.log_styled(clean(f"writing the replicas' CA certificates failed: {output.stderr[-300:]}"), fg="red")
             return False
     return True
 

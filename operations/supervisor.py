@@ -10,6 +10,7 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 
 from podkit.host.probe import PROGRAMS, orphan_line, podctl_command
+from podkit.text import clean
 
 
 def _supervise(state, host, cfg: dict) -> bool:
@@ -20,13 +21,13 @@ def _supervise(state, host, cfg: dict) -> bool:
         result = {"ok": False, "error": output.stderr[-300:] or "podctl printed nothing"}
     if not status or not result.get("ok"):
         host.log_styled(
-            f"supervisord: {result.get('error')}; see {cfg['supervisord_log']} and re-apply",
+            clean(f"supervisord: {result.get('error')}; see {cfg['supervisord_log']} and re-apply"),
             fg="red",
             log_func=logger.error,
         )
         return False
     for line in result.get("done", []):
-        host.log(line)
+        host.log(clean(line))
     return True
 
 
@@ -181,7 +182,7 @@ def unit_service(
 
 def _reap(state, host, found: list[dict]) -> bool:
     for orphan in found:
-        host.log_styled(orphan_line(orphan), fg="yellow", log_func=logger.warning)
+        host.log_styled(clean(orphan_line(orphan)), fg="yellow", log_func=logger.warning)
     cfg = {"orphans": [{"pid": o["pid"], "start": o["start"]} for o in found], "timeout": 10}
     status, output = host.run_shell_command(podctl_command("reap", cfg), print_output=False)
     try:
@@ -189,14 +190,18 @@ def _reap(state, host, found: list[dict]) -> bool:
     except (IndexError, ValueError):
         result = None
     if not status or result is None:
-        host.log_styled(f"could not stop the orphaned engines: {output.stderr[-300:]}", fg="red", log_func=logger.error)
+        host.log_styled(
+            clean(f"could not stop the orphaned engines: {output.stderr[-300:]}"), fg="red", log_func=logger.error
+        )
         return False
     if result["left"]:
         pids = " ".join(str(pid) for pid in result["left"])
         why = "; ".join(f"pid {pid}: {error}" for pid, error in sorted(result["errors"].items())) or "still running"
         host.log_styled(
-            f"orphaned vLLM processes {pids} did not stop ({why}); stop them as their owner (kill -9 {pids}) "
-            "and re-apply: the next server would not get their memory",
+            clean(
+                f"orphaned vLLM processes {pids} did not stop ({why}); stop them as their owner (kill -9 {pids}) "
+                "and re-apply: the next server would not get their memory"
+            ),
             fg="red",
             log_func=logger.error,
         )

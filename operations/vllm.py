@@ -13,6 +13,7 @@ from podkit.host.install import install_command
 from podkit.host.probe import VllmInstall, podctl_command
 from podkit.host.readiness import WaitResult, wait_config
 from podkit.settings import PackageSpec, Paths, Settings
+from podkit.text import clean
 
 
 @operation()
@@ -76,23 +77,25 @@ def _wait_ready(state, host, settings: Settings, pin: bool = False, window: floa
         cfg = wait_config(settings, window=max(1.0, min(window, remaining)))
         status, output = host.run_shell_command(podctl_command("wait", cfg), print_output=False)
         if not status:
-            host.log_styled(f"could not poll the server: {output.stderr[-300:]}", fg="red", log_func=logger.error)
+            host.log_styled(
+                clean(f"could not poll the server: {output.stderr[-300:]}"), fg="red", log_func=logger.error
+            )
             return False
         result = WaitResult.parse(output.stdout)
         elapsed = time.monotonic() - start
         if result.ready:
             host.log(f"vLLM answers /health and lists {settings.served_model_name!r} after {elapsed:.0f}s")
             for line in result.start_checked():
-                host.log(line)
+                host.log(clean(line))
             if pin and result.ca_root:
                 host.log(f"pinned the edge's CA certificate: {pin_ca(host.name, result.ca_root)}")
             return True
         if result.hopeless or elapsed >= settings.ready_timeout:
-            host.log_styled(result.failure(settings, elapsed), fg="red", log_func=logger.error)
+            host.log_styled(clean(result.failure(settings, elapsed), lines=True), fg="red", log_func=logger.error)
             for line in result.log_tail[-25:]:
-                host.log(f"  | {line}", log_func=logger.error)
+                host.log(f"  | {clean(line)}", log_func=logger.error)
             return False
-        host.log(result.progress(elapsed, settings.ready_timeout))
+        host.log(clean(result.progress(elapsed, settings.ready_timeout), lines=True))
 
 
 @operation(is_idempotent=False)

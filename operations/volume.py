@@ -18,6 +18,8 @@ from pyinfra.api.output import format_text
 from pyinfra.facts.files import FileContents
 from pyinfra.operations.util.files import generate_color_diff
 
+from podkit.text import clean
+
 _EOF = "PODKIT_FILE_EOF"
 
 
@@ -187,7 +189,7 @@ def _log_diff(path: str, content: str, *, exists: bool) -> None:
     """Log a diff of the host's ``path`` against ``content`` as pyinfra's ``files.put`` does."""
     current = host.get_fact(FileContents, path=path) if exists else None
     host.log(f"Will {'modify' if current is not None else 'create'} {format_text(path, bold=True)}", logger.info)
-    current_lines = [f"{line}\n" for line in current or []]
+    current_lines = [f"{clean(line)}\n" for line in current or []]  # the host's text is data
     for line in generate_color_diff(current_lines, content.splitlines(keepends=True)):
         host.log(f"  {line}", logger.info)
 

@@ -17,9 +17,21 @@ from __future__ import annotations
 import click
 
 from podkit import __version__
+from podkit.text import clean
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Podkit(click.Group):
+    """The command group: an error's message (often the host's own words) is printed as data."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:
+            exc.message = clean(exc.message)
+            raise
+
+
+@click.group(cls=Podkit, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="podkit")
 def cli():
     """podkit: turn an SSH-reachable GPU box into a verified vLLM endpoint."""

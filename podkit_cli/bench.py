@@ -9,6 +9,8 @@ from datetime import UTC
 
 import click
 
+from podkit.text import clean
+
 from .hosts import Host, Target, load_targets
 from .output import host_option
 
@@ -285,7 +287,7 @@ def bench(
     else:
         for record in records:
             for line in table(record):
-                click.echo(line)
+                click.echo(clean(line))
             if record.get("record"):
                 click.echo(f"  record: {record['record']}")
             if record.get("chart"):

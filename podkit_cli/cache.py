@@ -7,6 +7,8 @@ import sys
 
 import click
 
+from podkit.text import clean as clean_text
+
 from .hosts import load_hosts
 from .output import emit, host_option
 
@@ -37,14 +39,26 @@ def _cache(inventory, host_names, clean: bool):
         if result.status != 0:
             reports[name] = {"error": result.stderr.strip()[-300:] or f"exit status {result.status}"}
             continue
-        reports[name] = json.loads(result.stdout.strip().splitlines()[-1])
+        reports[name] = cache_report(name, result.stdout)
     return reports
+
+
+def cache_report(name: str, output: str) -> dict:
+    """podctl cache's JSON line, or {"error"} in one line when the host answered something else."""
+    try:
+        report = json.loads(output.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        report = None
+    shape = {"repos": dict, "problems": list}
+    if not isinstance(report, dict) or not all(isinstance(report.get(k), t) for k, t in shape.items()):
+        return {"error": f"{name}: podctl cache answered something else: {output.strip()[-200:]!r}"}
+    return report
 
 
 def _print_cache(reports, clean: bool) -> None:
     for name, report in reports.items():
         if "error" in report:
-            click.echo(f"{name}: {click.style(report['error'], fg='red')}")
+            click.echo(f"{name}: {click.style(clean_text(report['error']), fg='red')}")
             continue
         free = report["free_bytes"]
         click.echo(
@@ -52,10 +66,10 @@ def _print_cache(reports, clean: bool) -> None:
             + (f", {free / 1e9:.1f} GB free" if free is not None else "")
         )
         for repo, size in sorted(report["repos"].items()):
-            click.echo(f"  {size / 1e9:8.2f} GB  {repo}")
+            click.echo(f"  {size / 1e9:8.2f} GB  {clean_text(repo)}")
         for item in report["problems"]:
             state = "removed" if item["removed"] else ("in use, kept" if item["in_use"] else "broken")
-            click.echo(f"  {item['kind']:<12} {item['bytes'] / 1e6:8.1f} MB  {state:<12} {item['path']}")
+            click.echo(clean_text(f"  {item['kind']:<12} {item['bytes'] / 1e6:8.1f} MB  {state:<12} {item['path']}"))
         if clean:
             click.echo(f"  freed {report['freed_bytes'] / 1e9:.2f} GB")
         elif report["problems"]:

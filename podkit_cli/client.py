@@ -9,6 +9,7 @@ import click
 
 from podkit import project_path
 from podkit.client.connect import CLIENTS, LLM_KEY_NAME, ClientSettings, ConnectError, notes, render, summary, warnings
+from podkit.text import clean
 
 from .hosts import Target, load_targets
 from .output import host_option
@@ -56,7 +57,7 @@ def client_settings(targets: list[Target]) -> list[tuple[ClientSettings, str | N
 
 def say(lines) -> None:
     for line in lines:
-        click.echo(line, err=True)
+        click.echo(clean(line), err=True)
 
 
 @click.command("client")
@@ -130,7 +131,7 @@ def emit_settings(
         for index, (cs, problem) in enumerate(settings):
             if index:
                 click.echo("")
-            click.echo(summary(cs, keys[cs.host] if show_key else None), nl=False)
+            click.echo(clean(summary(cs, keys[cs.host] if show_key else None), lines=True), nl=False)
             say([problem] if problem else [])
             say(line for line in warnings(cs) if not (cs.note and line == f"{cs.host}: {cs.note}"))
         return
@@ -143,7 +144,7 @@ def emit_settings(
         text = render(client, chosen, key=keys[chosen[0].host] if show_key and client == "env" else None)
     except ConnectError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(text, nl=False)
+    click.echo(clean(text, lines=True), nl=False)
     say(problems)
     for cs in chosen:
         say(warnings(cs, client))

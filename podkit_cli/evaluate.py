@@ -7,6 +7,8 @@ import sys
 
 import click
 
+from podkit.text import clean
+
 from .hosts import load_targets
 from .output import emit, host_option
 
@@ -126,7 +128,7 @@ def eval_run(inventory, host_names, profile_names, task_names, runs, max_tokens,
     def progress_for(name):
         def progress(message):
             with lock:
-                click.echo(f"{name}  {message}", err=True)
+                click.echo(clean(f"{name}  {message}"), err=True)
 
         return progress
 
@@ -141,7 +143,7 @@ def eval_run(inventory, host_names, profile_names, task_names, runs, max_tokens,
     else:
         for result in results:
             for line in table(result):
-                click.echo(line)
+                click.echo(clean(line))
     outcomes = {"unreachable": Outcome.UNREACHABLE, "auth": Outcome.AUTH}
     sys.exit(
         int(worst(outcomes.get(r.get("outcome"), Outcome.ERROR) if r.get("error") else Outcome.OK for r in results))
@@ -169,4 +171,4 @@ def eval_compare(record_a, record_b, as_json):
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     comparison["a"]["path"], comparison["b"]["path"] = record_a, record_b
-    emit(comparison, as_json, lambda c: [click.echo(line) for line in compare_table(c)])
+    emit(comparison, as_json, lambda c: [click.echo(clean(line)) for line in compare_table(c)])

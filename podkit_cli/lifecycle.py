@@ -27,6 +27,7 @@ from podkit.host.probe import podctl_command
 from podkit.host.shell import RemoteError
 from podkit.host.status import HostStatus, describe, host_status, parse_status, status_config
 from podkit.runpod.pods import PodsError, list_pods, resume_pod, selected, stop_pod
+from podkit.text import clean
 
 from .hosts import Host, load_hosts
 from .output import emit, host_option
@@ -173,34 +174,42 @@ def down(inventory, host_names):
             try:
                 said = stop_pod(account_key(), pod["id"], name)
             except PodsError as exc:
-                click.echo(str(exc), err=True)
+                click.echo(clean(exc), err=True)
                 failed = True
                 continue
-            click.echo(f"{name}: stopped (RunPod says {said}); start it again: podkit up {inventory} --host {name}")
+            click.echo(
+                clean(f"{name}: stopped (RunPod says {said}); start it again: podkit up {inventory} --host {name}")
+            )
         sys.exit(1 if failed else 0)
     for host in load_hosts(inventory, host_names):
         try:
             result = host.run(podctl_command("down", status_config(host.settings, host.name)), 180)
         except RemoteError as exc:
-            click.echo(str(exc), err=True)
+            click.echo(clean(exc), err=True)
             failed = True
             continue
         finally:
             host.disconnect()
         answer = parse_status_line(result.stdout)
         if not answer.get("ok"):
-            click.echo(f"{host.name}: cannot stop the server: {answer.get('error')}", err=True)
+            click.echo(clean(f"{host.name}: cannot stop the server: {answer.get('error')}"), err=True)
             failed = True
             continue
-        click.echo(f"{host.name}: {answer['done']}; start it again: podkit up {inventory} --host {host.name}")
+        click.echo(
+            clean(f"{host.name}: {answer.get('done')}; start it again: podkit up {inventory} --host {host.name}")
+        )
     sys.exit(1 if failed else 0)
 
 
 def parse_status_line(output: str) -> dict:
+    """podctl down's JSON line (its last), or {"ok": False, "error"} for anything else."""
     try:
-        return json.loads(output.strip().splitlines()[-1])
+        answer = json.loads(output.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return {"ok": False, "error": output.strip()[-200:] or "podctl printed nothing"}
+    if not isinstance(answer, dict):
+        return {"ok": False, "error": f"podctl answered something else: {output.strip()[-200:]}"}
+    return answer
 
 
 def resume(select, host_names: tuple[str, ...], wait: float) -> tuple[list[str], list[str]]:

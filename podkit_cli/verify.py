@@ -7,6 +7,8 @@ import sys
 
 import click
 
+from podkit.text import clean
+
 from .hosts import load_targets
 from .output import host_option
 
@@ -65,8 +67,8 @@ def verify(inventory, host_names, as_json, timeout):
         click.echo(json.dumps({name: r.as_dict() for name, r in reports}, indent=2, sort_keys=True))
     else:
         for name, report in reports:
-            click.echo(f"{name}  {report.endpoint}/v1  model {report.model}")
+            click.echo(clean(f"{name}  {report.endpoint}/v1  model {report.model}"))
             for item in report.checks:
                 mark = click.style("PASS", fg="green") if item.ok else click.style("FAIL", fg="red")
-                click.echo(f"  {mark}  {item.name:<26} {item.seconds:6.2f}s  {item.detail}")
+                click.echo(f"  {mark}  {item.name:<26} {item.seconds:6.2f}s  {clean(item.detail)}")
     sys.exit(int(worst(report.outcome for _, report in reports)))

@@ -11,6 +11,7 @@ still shows the right minutes. Pure: tests feed it recorded answers.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from podkit.host.probe import server_config
 from podkit.host.startup import STARTUP_NEEDLES, calibration_record, compare, parse_startup, row_text
 from podkit.settings import Settings
+from podkit.text import clean
 
 
 def status_config(settings: Settings, name: str) -> dict[str, Any]:
@@ -133,7 +135,75 @@ def _from_pod(status: HostStatus, pod: dict[str, Any], now: float) -> None:
     status.spend_usd, status.spend_basis = 0.0, "stopped: RunPod bills only its volume"
 
 
+def _number(value: Any) -> float | None:
+    """``value`` as a finite float, or None for anything else (a string, a bool, NaN, 1e999, 10**400)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+#: The numbers podctl status carries, where they sit, and what each is (for the note on a bad one).
+HOST_NUMBERS = (
+    (None, "now", "the host's clock"),
+    (None, "boot_at", "the host's boot time"),
+    (None, "vllm_started_at", "vLLM's start time"),
+    (None, "vllm_pid", "vLLM's pid"),
+    ("served", "max_model_len", "the served context"),
+    ("served", "health", "the health answer"),
+    ("stopped", "at", "the stopped marker's time"),
+    ("idle", "idle_stop_seconds", "the idle watcher's idle time"),
+    ("idle", "usd_per_hour", "the idle watcher's price"),
+    ("idle", "in_flight", "the idle watcher's requests in flight"),
+    ("idle", "last_request_at", "the idle watcher's last request"),
+    ("idle", "idle_since", "the idle watcher's idle start"),
+    ("idle", "deadline", "the idle watcher's deadline"),
+)
+#: Where each part of the host's answer comes from (what to remove or rewrite when it is forged).
+HOST_FILES = {
+    "stopped": "the stopped marker (podkit up starts the server and removes it)",
+    "idle": "the idle watcher's state file (re-apply the deploy to restart the watcher)",
+    "plan": "the deploy's plan file (re-apply the deploy to rewrite it)",
+}
+
+
+def checked_remote(remote: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """podctl status's answer with every part :func:`host_status` reads of the type it reads: a part
+    or number that is not (a forged or hand-edited host file) is left out, with one note naming it."""
+    out = dict(remote)
+    notes: list[str] = []
+    for part in ("served", "idle", "stopped", "plan", "programs"):
+        value = out.get(part)
+        if value is not None and not isinstance(value, dict):
+            notes.append(f"ignored {HOST_FILES.get(part, part)}: it is not a JSON object ({clean(repr(value)[:60])})")
+            value = None
+        out[part] = dict(value) if value else ({} if part != "stopped" else None)
+    out["programs"] = {str(k): str(v) for k, v in out["programs"].items()}
+    for part, key, what in HOST_NUMBERS:
+        holder = out if part is None else out.get(part)
+        if not holder or holder.get(key) is None:
+            continue
+        number = _number(holder[key])
+        if number is None:
+            where = f" ({HOST_FILES[part]})" if part in HOST_FILES else ""
+            notes.append(f"ignored {what}: {clean(repr(holder[key])[:60])} is not a finite number{where}")
+        holder[key] = number
+    models = out["served"].get("models")
+    if models is not None and not (isinstance(models, list) and all(isinstance(m, str) for m in models)):
+        notes.append(f"ignored the served models: {clean(repr(models)[:60])} is not a list of names")
+        out["served"]["models"] = None
+    startup = out.get("startup")
+    if not (isinstance(startup, list) and all(isinstance(line, str) for line in startup)):
+        out["startup"] = []
+    return out, notes
+
+
 def _from_host(status: HostStatus, remote: dict[str, Any], bare_metal: bool, now: float) -> None:
+    remote, notes = checked_remote(remote)
+    status.notes += notes
     host_now = remote.get("now") or now
 
     def here(host_time: float | None) -> float | None:
@@ -161,14 +231,14 @@ def _from_host(status: HostStatus, remote: dict[str, Any], bare_metal: bool, now
         status.since = here(status.stopped.get("at"))
     if served.get("models"):
         status.model = served["models"][0]
-    status.context = served.get("max_model_len")
-    if "idle_stop_seconds" in idle:  # what the host's watcher was given (a --data override included)
+    status.context = None if served.get("max_model_len") is None else int(served["max_model_len"])
+    if idle.get("idle_stop_seconds") is not None:  # what the host's watcher was given (a --data override included)
         minutes = round(float(idle["idle_stop_seconds"]) / 60, 2)
         status.idle_stop_minutes = int(minutes) if minutes == int(minutes) else minutes
     if bare_metal and isinstance(idle.get("usd_per_hour"), (int, float)):
         status.usd_per_hour = float(idle["usd_per_hour"])
     if idle and status.state == "up":
-        status.in_flight = idle.get("in_flight")
+        status.in_flight = None if idle.get("in_flight") is None else int(idle["in_flight"])
         last = idle.get("last_request_at")
         status.minutes_since_request = _minutes(host_now - last) if last else None
         since = idle.get("idle_since")
@@ -177,7 +247,10 @@ def _from_host(status: HostStatus, remote: dict[str, Any], bare_metal: bool, now
         if deadline:
             status.idle_stop_in_minutes = _minutes(deadline - host_now)
             status.idle_stop_at = here(deadline)
-    status.last_start = last_start(status.host, remote.get("plan") or {}, remote.get("startup") or [])
+    try:  # the plan file and the log are the host's: a forged one is a note, not a traceback
+        status.last_start = last_start(status.host, remote.get("plan") or {}, remote.get("startup") or [])
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError, ZeroDivisionError) as exc:
+        status.notes.append(f"ignored the last start: {HOST_FILES['plan']} or the log is malformed ({exc})")
     if bare_metal:
         boot = remote.get("boot_at")
         if status.usd_per_hour is not None and boot:
@@ -226,7 +299,10 @@ def _start_lines(start: dict[str, Any]) -> list[str]:
 
 
 def _clock(epoch: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch)) if epoch else "?"
+    try:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch)) if epoch else "?"
+    except (OverflowError, OSError, ValueError):  # a time far outside what the clock can show
+        return "?"
 
 
 def describe(status: HostStatus, inventory: str) -> list[str]:
@@ -259,7 +335,9 @@ def describe(status: HostStatus, inventory: str) -> list[str]:
     if status.last_start and status.read_host:
         lines += _start_lines(status.last_start)
     if status.stopped:
-        lines.append(f"  stopped on purpose: {status.stopped.get('why') or status.stopped.get('by')}")
+        lines.append(
+            f"  stopped on purpose: {status.stopped.get('why') or status.stopped.get('by') or 'no reason given'}"
+        )
     if status.state in ("stopped", "crashed") or status.stopped:
         lines.append(f"  start it: podkit up {inventory} --host {status.host}")
     if status.spend_usd is not None:
@@ -268,4 +346,4 @@ def describe(status: HostStatus, inventory: str) -> list[str]:
     elif status.spend_basis:
         lines.append(f"  spend: {status.spend_basis}")
     lines += [f"  {note}" for note in status.notes]
-    return lines
+    return [clean(line) for line in lines]  # host text is data: no escape sequence reaches the terminal

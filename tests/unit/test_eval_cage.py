@@ -5,9 +5,11 @@ import ast
 import json
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -15,9 +17,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from podkit.client.eval import cage, load_tasks
+from podkit.client.eval import cage, load_tasks, scoring
 from podkit.client.eval.harness import run_host
-from podkit.client.eval.scoring import run_tests, score_code
+from podkit.client.eval.scoring import score_code
 from podkit.client.eval.tools import execute_tool
 from tests.helpers import ROOT
 
@@ -128,20 +130,17 @@ def test_a_hostile_answer_reads_no_secret_writes_nothing_outside_and_reaches_no_
 
 
 @pytest.mark.proc
-def test_the_time_limit_ends_everything_the_tests_started(tmp_path):
+def test_the_time_limit_ends_everything_the_answer_started(monkeypatch):
     marker = str(31_000_000 + secrets.randbelow(10**6))  # a sleep no one else runs
-    (tmp_path / "test_slow.py").write_text(
-        textwrap.dedent(f"""
-        import subprocess, time, unittest
-
-        class Slow(unittest.TestCase):
-            def test_slow(self):
-                subprocess.Popen(["sleep", "{marker}"], start_new_session=True)
-                time.sleep(120)
-        """)
+    monkeypatch.setattr(scoring, "LIMITS", cage.Limits(seconds=3))
+    original = FEATURE.files()["durations.py"]
+    slow = (
+        f"import subprocess, time\nsubprocess.Popen(['sleep', '{marker}'], start_new_session=True)\ntime.sleep(120)\n"
     )
-    result = run_tests(tmp_path, timeout=3)
-    assert not result["passed"] and result["output"] == "the tests did not finish in 3 s"
+    score, info = score_code(FEATURE, f"```python\n{original}\n{slow}```\n")
+    result = info["tests"]
+    assert not result["passed"] and result["limits"] == ["time limit hit: the tests did not finish in 3 s"]
+    assert score == 1 and info["detail"].endswith("tests fail; time limit hit: the tests did not finish in 3 s")
     deadline = time.monotonic() + 5  # the cage's processes are killed as the kernel gets to them
     while (left := sleepers(marker)) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -162,20 +161,38 @@ def sleepers(marker: str) -> list[int]:
     return found
 
 
+VIEW = "print('ROOT', sorted(os.listdir('/')), 'ETC', os.listdir('/etc'), 'ENV', sorted(os.environ))"
+SYSTEM = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev", "proc", "tmp", "podkit"}
+
+
 @pytest.mark.proc
-def test_the_cage_sees_only_usr_python_and_its_workspace(tmp_path):
-    (tmp_path / "test_view.py").write_text(
-        "import os, unittest\n"
-        "class View(unittest.TestCase):\n"
-        "    def test_view(self):\n"
-        "        print('ROOT', sorted(os.listdir('/')), 'ETC', os.listdir('/etc'), 'ENV', sorted(os.environ))\n"
-    )
-    output = run_tests(tmp_path)["output"]
+@pytest.mark.parametrize("side", ["answer", "tests"])
+def test_each_cage_sees_only_usr_python_and_its_own_folder(side):
+    """The answer's cage holds /workspace (the answer's files), the tests' cage /tests (the task's
+    tests) and neither the other's; the root and /dev are read-only."""
+    probe = f"import os\n{VIEW}\n" + "for d in ('/', '/dev', '/usr'):\n    print('WRITE', d, os.access(d, os.W_OK))\n"
+    test = "import unittest, mod\nclass View(unittest.TestCase):\n    def test_view(self):\n        mod.f()\n"
+    if side == "tests":
+        test = test.replace(
+            "        mod.f()\n",
+            "        import io, contextlib\n        out = io.StringIO()\n"
+            "        with contextlib.redirect_stdout(out):\n"
+            + textwrap.indent(probe, " " * 12)
+            + "        self.fail(out.getvalue())\n",
+        )
+    module = ("def f():\n" + textwrap.indent(probe, "    ")) if side == "answer" else "def f():\n    pass\n"
+    result = cage.run_tests({"mod.py": module.encode()}, {"test_view.py": test.encode()}, ["mod"], ["mod.py"])
+    output = result["output"]
     root, rest = output.split("ROOT ")[1].split(" ETC ")
-    system = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev", "proc", "tmp", "workspace"}
-    assert set(ast.literal_eval(root)) <= system | {Path(p).parts[1] for p in cage.python_binds()}
+    own = {"answer": "workspace", "tests": "tests"}[side]
+    assert set(ast.literal_eval(root)) <= SYSTEM | {own} | {Path(p).parts[1] for p in cage.python_binds()}, root
+    assert own in ast.literal_eval(root)
     assert rest.startswith("['ld.so.cache'] ENV ['HOME', 'LANG', 'PATH', 'PWD', 'PYTHONDONTWRITEBYTECODE']"), rest
-    args = cage.argv(tmp_path, ["x"])
+    assert "WRITE / False" in output and "WRITE /dev False" in output and "WRITE /usr False" in output
+
+
+def test_the_cage_command_line_isolates():
+    args = cage.argv(["x"], cage.Limits())
     assert {"--unshare-all", "--clearenv", "--die-with-parent", "--new-session"} <= set(args)
     assert args[args.index("--cap-drop") + 1] == "ALL"
 
@@ -227,6 +244,7 @@ def hostile_marker_answer(marker: Path) -> str:
     return f"```python\n{original}\nopen({str(marker)!r}, 'w').write('ran uncaged')\n```\n"
 
 
+@pytest.mark.proc
 def test_without_bwrap_model_code_is_refused_with_one_line_and_never_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     marker = tmp_path / "ran"
@@ -240,8 +258,11 @@ def test_without_bwrap_model_code_is_refused_with_one_line_and_never_runs(tmp_pa
 
 @pytest.mark.proc
 def test_a_bwrap_that_cannot_create_namespaces_is_refused_and_runs_nothing(tmp_path, monkeypatch):
-    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    shared = Path(tempfile.mkdtemp(prefix="podkit-fake-bwrap-"))  # the cage's user (nobody, as root) runs it
+    shared.chmod(0o777)
+    bin_dir, calls = shared / "bin", shared / "calls"
     bin_dir.mkdir()
+    bin_dir.chmod(0o755)
     fake = bin_dir / "bwrap"
     fake.write_text(
         f'#!/bin/sh\necho "$@" >> {calls}\n'
@@ -256,7 +277,9 @@ def test_a_bwrap_that_cannot_create_namespaces_is_refused_and_runs_nothing(tmp_p
     message = str(caught.value)
     assert "\n" not in message and "No permissions to create new namespace" in message
     assert "allow unprivileged user namespaces" in message
-    assert len(calls.read_text().splitlines()) == 1 and "unittest" not in calls.read_text()  # the probe only
+    said = calls.read_text()
+    shutil.rmtree(shared)
+    assert len(said.splitlines()) == 1 and "caged.py" not in said  # the probe only
     assert not marker.exists()
 
 

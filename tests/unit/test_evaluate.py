@@ -305,6 +305,7 @@ def test_the_tool_loop_refuses_test_edits_and_paths_outside_and_scores_a_half_ch
     assert results[4] == "error: no tool named 'delete_file'; the tools are read_file and write_file"
 
 
+@pytest.mark.proc
 def test_the_tool_loop_stops_at_the_turn_limit():
     client = FakeClient(scripted(tool_script("tools_loop.json")))
     score, info = run_tool_task(Endpoint(client, "m", 100), TASKS["tools"], PARAMS)

@@ -93,6 +93,8 @@ def run_once(endpoint: Endpoint, task: Task, params: dict[str, Any]) -> dict[str
         correctness, info = runner(endpoint, task, params)
     except cage.CageUnavailable as exc:  # never run uncaged: the run says it could not be scored
         correctness, info = 0, {"scored": False, "detail": f"not scored: {exc}", "extracted": ""}
+    except (OSError, ValueError, UnicodeError) as exc:  # every run leaves a record, whatever the answer was
+        correctness, info = 0, {"scored": False, "detail": f"not scored: {type(exc).__name__}: {exc}", "extracted": ""}
     return {"correctness": correctness, **info, "seconds": round(time.monotonic() - started, 2)}
 
 

@@ -1,9 +1,10 @@
 """Scoring: one answer's correctness (a keyword rubric, or the task's tests on the model's code),
 the stability of a task's runs, and the rule that calls a difference noise.
 
-Model-written code runs in a temporary copy of the workspace, under a time
-limit, in the cage (:mod:`.cage`): no network, no controller environment,
-secrets, home or files outside that copy.
+Model-written code runs in a copy of the workspace, in its own cage, with limits; the task's
+tests run from their pristine files in another cage and call into it (:mod:`.cage`): no network,
+no controller environment, secrets, home or files outside that copy. An answer that cheats (adds
+its own tests, changes the task's, loads the test framework) scores 0 with the reason.
 """
 
 from __future__ import annotations
@@ -12,9 +13,7 @@ import ast
 import difflib
 import itertools
 import re
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from podkit.client.eval.catalog import Task
 
 NOISE_SHARE = 0.10  # differences under this share of the possible score are noise
 SIMILAR = 0.8  # mean pairwise similarity at which runs count as alike
-TEST_TIMEOUT = 60.0
+LIMITS = cage.Limits()  # what one run of a task's tests may use
 
 
 def normalise(text: str) -> str:
@@ -70,22 +69,25 @@ def longest_function(code: str) -> int:
     return longest
 
 
-def run_tests(folder: Path, timeout: float = TEST_TIMEOUT) -> dict[str, Any]:
-    """The folder's unittest tests, run with this Python in the cage; CageUnavailable, with nothing
-    run, when the cage cannot start."""
-    command = [cage.python(), "-I", "-m", "unittest", "discover", "-s", ".", "-t", ".", "-p", "test_*.py"]
-    started = time.monotonic()
-    try:
-        proc = cage.run(folder, command, timeout)
-        output, ok = proc.stdout + proc.stderr, proc.returncode == 0
-    except subprocess.TimeoutExpired:
-        output, ok = f"the tests did not finish in {timeout:.0f} s", False
-    ran = re.search(r"Ran (\d+) tests?", output)
-    return {
-        "passed": ok and bool(ran) and ran.group(1) != "0",
-        "output": output[-2000:],
-        "seconds": round(time.monotonic() - started, 2),
-    }
+def run_tests(task: Task, work: Path, limits: cage.Limits | None = None) -> dict[str, Any]:
+    """The task's tests, from its own pristine files, against the answer's workspace ``work``, in
+    the cages (:func:`.cage.run_tests`); CageUnavailable, with nothing run, when they cannot start."""
+    tests = task.tests()
+    pristine = {name: (task.workspace / name).read_bytes() for name in tests}
+    answer = {p.name: p.read_bytes() for p in sorted(work.iterdir()) if p.is_file() and not p.is_symlink()}
+    modules = [Path(name).stem for name in task.files() if name.endswith(".py") and name not in tests]
+    return cage.run_tests(answer, pristine, modules, list(task.files()), limits or LIMITS)
+
+
+def judged(tests: dict[str, Any]) -> str:
+    """What the tests' run says in a record's detail: pass or fail, and each limit hit."""
+    said = "tests pass" if tests["passed"] else "tests fail"
+    return said + "".join(f"; {line}" for line in tests["limits"])
+
+
+def cheated(tests: dict[str, Any]) -> str | None:
+    """The detail of an answer that cheated (it scores 0), or None."""
+    return "cheating: " + "; ".join(tests["cheats"]) if tests["cheats"] else None
 
 
 def score_explain(answer: str, rubric: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -107,9 +109,11 @@ def score_code(task: Task, answer: str) -> tuple[int, dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="podkit-eval-") as tmp:
         work = task.copy_workspace(Path(tmp))
         (work / task.spec["target"]).write_text(extracted.code)
-        tests = run_tests(work)
+        tests = run_tests(task, work)
     info["tests"] = tests
-    passed = "tests pass" if tests["passed"] else "tests fail"
+    if cheated(tests):
+        return 0, {**info, "detail": cheated(tests)}
+    passed = judged(tests)
     if task.kind != "refactor":
         return (2 if tests["passed"] else 1), {**info, "detail": f"{extracted.how}: {passed}"}
     if normalise(extracted.code) == normalise(original):

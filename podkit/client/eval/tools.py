@@ -11,7 +11,7 @@ from typing import Any
 from podkit.client.eval.answers import answer_text
 from podkit.client.eval.catalog import SYSTEM_PROMPT, Task
 from podkit.client.eval.endpoint import Endpoint
-from podkit.client.eval.scoring import run_tests
+from podkit.client.eval.scoring import cheated, judged, run_tests
 
 TOOLS = [
     {
@@ -120,7 +120,7 @@ def run_tool_task(endpoint: Endpoint, task: Task, params: dict[str, Any]) -> tup
             for p in sorted(work.iterdir())
             if p.is_file() and p.name in files and p.read_text() != files[p.name]
         }
-        tests = run_tests(work) if changed else None
+        tests = run_tests(task, work) if changed else None
     info = {
         "transcript": transcript,
         "stop": stop,
@@ -131,8 +131,6 @@ def run_tool_task(endpoint: Endpoint, task: Task, params: dict[str, Any]) -> tup
     }
     if not changed:
         return 0, {**info, "detail": f"no file changed ({stop} after {len(transcript)} turn(s))"}
-    passed = tests["passed"]
-    return (2 if passed else 1), {
-        **info,
-        "detail": f"changed {', '.join(changed)}: tests {'pass' if passed else 'fail'}",
-    }
+    if cheated(tests):
+        return 0, {**info, "detail": cheated(tests)}
+    return (2 if tests["passed"] else 1), {**info, "detail": f"changed {', '.join(changed)}: {judged(tests)}"}
