@@ -139,19 +139,27 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     # --- The checkpoint ---
     # Past it the download is stopped; re-applying cleans the partial files and starts again.
-    Setting("podkit_fetch_timeout", 7200, checks.number(1), "seconds a checkpoint download on the host may take"),
+    Setting(
+        "podkit_fetch_timeout",
+        7200,
+        checks.number(1, 7 * 86400, "seconds, up to a week"),
+        "seconds a checkpoint download on the host may take",
+    ),
     # --- Supervision and readiness ---
     # A first start of a large model (load, compile, CUDA graphs) can take minutes.
     Setting(
         "podkit_ready_timeout",
         1200,
-        checks.number(1),
+        checks.number(1, 86400, "seconds, up to a day"),
         "seconds to wait for `/health` and `/v1/models` after a (re)start",
     ),
     Setting(
-        "podkit_log_max_bytes", 50 * 1024 * 1024, checks.whole(1024), "rotate the server log above this many bytes"
+        "podkit_log_max_bytes",
+        50 * 1024 * 1024,
+        checks.whole(1024, 2**40, "bytes, up to 1 TiB"),
+        "rotate the server log above this many bytes",
     ),
-    Setting("podkit_log_keep", 3, checks.whole(1), "rotated copies of the log to keep"),
+    Setting("podkit_log_keep", 3, checks.whole(1, 1000, "copies"), "rotated copies of the log to keep"),
     # supervisord (PyPI `supervisor`, in the venv) runs vLLM and the edge, restarts what exits and
     # rotates their logs; it needs neither root nor systemd. "systemd" suits a box that reboots:
     # two units, the preflight checks that systemd runs and that sudo works.
@@ -169,7 +177,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "podkit_start_retries",
         10,
-        checks.whole(0),
+        checks.whole(0, 1000, "retries"),
         "quick exits in a row (within 10 s of a start) after which supervisord stops retrying a program",
     ),
     # --- The edge: what clients reach ---
@@ -315,12 +323,17 @@ SETTINGS: tuple[Setting, ...] = (
     # "auto" is the model's dtype.
     Setting("vllm_kv_cache_dtype", "auto", checks.choice(_KV_DTYPES), "`auto` or `fp8` (half the KV memory per token)"),
     # A number uses fewer GPUs (e.g. 2 of 4); it must divide the model's attention heads.
-    Setting("vllm_tensor_parallel_size", None, checks.optional_int, "GPUs per server; `None` = every GPU on the host"),
+    Setting(
+        "vllm_tensor_parallel_size",
+        None,
+        checks.optional_count(256, "GPUs"),
+        "GPUs per server; `None` = every GPU on the host",
+    ),
     # Across a cluster's nodes: each node holds a stage (a share of the layers) on its own GPUs.
     Setting(
         "vllm_pipeline_parallel_size",
         None,
-        checks.optional_int,
+        checks.optional_count(checks.MAX_NODES, "stages"),
         "pipeline stages; `None` = one per node of the cluster (1 for a host that serves alone)",
     ),
     Setting(
@@ -497,6 +510,7 @@ class Settings:
         values = {}
         for setting in SETTINGS:
             checks.printable(data[setting.name], setting.name)  # every string of every datum, first
+            checks.finite(data[setting.name], setting.name)  # and every number of it
             values[setting.attr] = setting.check(data[setting.name], setting.name)
         # The one default that depends on another setting: the model's last part.
         values["served_model_name"] = values["served_model_name"] or default_served_name(values["model"])

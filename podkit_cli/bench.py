@@ -3,14 +3,13 @@ through a router host, what each of its replicas served."""
 
 from __future__ import annotations
 
-import json
 import sys
 from datetime import UTC
 
 import click
 
 from .hosts import Host, Target, load_targets
-from .output import host_option
+from .output import Finite, dumps, host_option
 
 
 def _int_list(ctx, param, value):
@@ -123,7 +122,7 @@ def router_replicas(target: Target) -> tuple[str, list] | None:
     help="Send X-Session-ID: <session id> with each turn (what a router's consistent_hash reads).",
 )
 @click.option(
-    "--usd-per-hour", type=click.FloatRange(min=0), help="Price of the box; default: the RunPod pod's costPerHr."
+    "--usd-per-hour", type=Finite(min=0, max=1000), help="Price of the box; default: the RunPod pod's costPerHr."
 )
 @click.option(
     "--chart",
@@ -278,10 +277,10 @@ def bench(
     for record in measured:
         path = Path(record["record"])
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        path.write_text(dumps(record) + "\n")
 
     if as_json:
-        click.echo(json.dumps({r["host"]: r for r in records}, indent=2, sort_keys=True))
+        click.echo(dumps({r["host"]: r for r in records}))
     else:
         for record in records:
             for line in table(record):

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
 from .hosts import load_targets
-from .output import host_option
+from .output import dumps, host_option
 
 
 @click.command()
@@ -57,7 +56,7 @@ def verify(inventory, host_names, as_json, timeout):
     reports = list(zip([t.name for t in targets], each_host(check, targets)))
 
     if as_json:
-        click.echo(json.dumps({name: r.as_dict() for name, r in reports}, indent=2, sort_keys=True))
+        click.echo(dumps({name: r.as_dict() for name, r in reports}))
     else:
         for name, report in reports:
             click.echo(f"{name}  {report.endpoint}/v1  model {report.model}")
