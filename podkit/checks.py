@@ -194,9 +194,9 @@ def choice(choices: tuple[str, ...]) -> Check:
     return choice
 
 
-def served_name(value: Any, key: str) -> str | None:
-    """None (or empty) is filled from vllm_model by ``Settings.from_mapping``."""
-    return text(value, key) if value else None
+def served_name(value: Any, key: str) -> str:
+    """None (or empty) is "", which ``Settings.from_mapping`` fills from vllm_model."""
+    return text(value, key) if value else ""
 
 
 _GROUP = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")

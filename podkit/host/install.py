@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import shlex
 
-from podkit.settings import PackageSpec, Paths
+from podkit.paths import Paths
+from podkit.settings import PackageSpec
 
 CPU_BREAKERS = ("torchvision", "torchaudio", "torchcodec")
 

@@ -15,17 +15,9 @@ from importlib import resources
 from typing import Any
 
 from podkit.host.install import CPU_BREAKERS
+from podkit.paths import EDGE_UNIT_NAME, EDGE_UNIT_PATH, IDLE_UNIT_NAME, IDLE_UNIT_PATH, UNIT_NAME, UNIT_PATH
 from podkit.plan.gpus import supports_fp8
-from podkit.settings import (
-    EDGE_UNIT_NAME,
-    EDGE_UNIT_PATH,
-    IDLE_UNIT_NAME,
-    IDLE_UNIT_PATH,
-    UNIT_NAME,
-    UNIT_PATH,
-    PackageSpec,
-    Settings,
-)
+from podkit.settings import PackageSpec, Settings
 
 _HEREDOC = "PODKIT_PODCTL_EOF"
 # what supervisord runs: the server, the edge, the idle watcher; on a router host, the router and the edge

@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
+from podkit.paths import Paths
 from podkit.settings import (
     KEYS,
     RETIRED,
     SETTINGS,
     PackageSpec,
-    Paths,
     Settings,
     SettingsError,
     default_served_name,
