@@ -43,8 +43,9 @@ def printable(value: Any, key: str, where: str = "") -> None:
     """Refuse a control character (``\\x00``-``\\x1f``, ``\\x7f``: line breaks, tabs, escapes)
     in any string of a datum: the datum itself, list items, a dict's keys and values."""
     if isinstance(value, str):
-        if not _PRINTABLE.fullmatch(value):
-            at = _CONTROL.search(value).start()
+        control = _CONTROL.search(value)
+        if control:
+            at = control.start()
             raise SettingsError(
                 f"{key}{where} holds a control character ({value[at]!r} at position {at}): "
                 "a datum is one line of printable text; remove it"

@@ -47,7 +47,7 @@ def router_replicas(target: Target) -> tuple[str, list] | None:
         if key is None:
             replicas.append(Reading(name, error=f"no API key at {settings.api_key_file}; apply the deploy"))
             continue
-        replica = Target(Host(name, settings, data, member), key)
+        replica = Target(Host(name, data, member, settings=settings), key)
         replicas.append(Replica(replica.name, replica.url, replica.key, replica.ca_file))
     return group, replicas
 

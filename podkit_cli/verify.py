@@ -49,7 +49,7 @@ def verify(inventory, host_names, as_json, timeout):
 
     def check(t):
         server = lambda: describe(t.name, t.settings, t.run, leaks=True)  # noqa: E731
-        router = t.settings is not None and t.settings.role == "router"
+        router = t.settings.role == "router"
         return Verifier(t.url, t.key, t.model, timeout, server=server, ca_file=t.ca_file, router=router).run()
 
     targets = load_targets(inventory, host_names)

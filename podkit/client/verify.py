@@ -24,12 +24,13 @@ import json
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletionMessageFunctionToolCall
 
 from podkit.client.api import VllmApi
 from podkit.client.outcome import Outcome, worst
@@ -183,7 +184,7 @@ class Verifier:
         self.router = router
         self.base_url, self.model, self.client = self.api.base_url, model, self.api.openai
         self.server = server
-        self._host = None
+        self._host: Future[tuple[ServerInfo, float]] | None = None
 
     def _timed(self, name: str, func: Callable[[], tuple[bool, str, Outcome]]) -> Check:
         start = time.monotonic()
@@ -307,8 +308,10 @@ class Verifier:
             return False, f"HTTP 400: {text}", Outcome.TOOL_CALLING
         message = reply.choices[0].message
         if message.tool_calls:
-            call = message.tool_calls[0].function
-            return True, f"called {call.name}({call.arguments})", Outcome.OK
+            first = message.tool_calls[0]
+            if not isinstance(first, ChatCompletionMessageFunctionToolCall):  # a custom tool: not what was offered
+                return False, f"a {first.type} tool call, not a call of the function offered", Outcome.TOOL_CALLING
+            return True, f"called {first.function.name}({first.function.arguments})", Outcome.OK
         extra = message.model_extra or {}
         problem = silent_failure(
             message.content,
@@ -336,6 +339,8 @@ class Verifier:
         calls = reply.choices[0].message.tool_calls or []
         if not calls:
             return False, "no tool_calls in the answer to a named tool_choice", Outcome.TOOL_CALLING
+        if not isinstance(calls[0], ChatCompletionMessageFunctionToolCall):
+            return False, f"a {calls[0].type} tool call, not a call of the function named", Outcome.TOOL_CALLING
         call = calls[0].function
         try:
             arguments = json.loads(call.arguments)
@@ -389,7 +394,7 @@ class Verifier:
                 Outcome.EXPOSED,
             )
         refused = f"{len(routes) - ('/health' in routes)} routes beside /v1 refused without the key"
-        if ranks:
+        if ranks and master:  # ranks are found only beside a master
             refused += (
                 f"; the cluster's ranks listen on {len(ranks)} port{'s' if len(ranks) != 1 else ''} of {master[0]} "
                 f"and port {master[1]} (keep them off the internet)"
@@ -398,6 +403,7 @@ class Verifier:
 
     def _read_host(self) -> tuple[ServerInfo, float]:
         start = time.monotonic()
+        assert self.server is not None, "read only when run() was given a server"
         info = self.server()
         return info, round(time.monotonic() - start, 3)
 
@@ -456,6 +462,7 @@ class Verifier:
     def _vet(self, report: Report) -> bool:
         """Whether the key may go to the port (waits for the host read), with a check saying who
         holds it; a stranger replaces the checks made so far, which spoke to it, not to podkit."""
+        assert self._host is not None, "vetted only when the host is read"
         info, seconds = self._host.result()
         refusal = key_refusal(info)
         where = info.listener

@@ -386,8 +386,8 @@ def host_files(
         **(cluster.env() if cluster else {}),
     }
     argv = serve_argv(settings, vllm_bin, launch, cluster)
-    follower = cluster is not None and not cluster.is_head
-    follow = {"address": cluster.head, "port": cluster.port} if follower else None
+    follow = {"address": cluster.head, "port": cluster.port} if cluster is not None and not cluster.is_head else None
+    follower = follow is not None
     files = {
         "env": rendered(paths.env_file, "env.sh.j2", "644", env=server_env),
         "launch": r.launch(argv, str(package), router=False, cluster=cluster),
