@@ -42,19 +42,11 @@ from podkit.host.probe import (
 from podkit.host.render import edge_problems, host_files, router_files
 from podkit.host.router import port_problems, replicas_of, router_ports, router_problems
 from podkit.keys import ApiKeyError, ensure_key, file_content, key_digest, read_hf_token
+from podkit.paths import EDGE_UNIT_NAME, EDGE_UNIT_PATH, IDLE_UNIT_NAME, IDLE_UNIT_PATH, UNIT_NAME, UNIT_PATH
 from podkit.plan.checkpoints import from_hub
 from podkit.plan.hostplan import plan_host
 from podkit.remote.idle import follow_grace
-from podkit.settings import (
-    EDGE_UNIT_NAME,
-    EDGE_UNIT_PATH,
-    IDLE_UNIT_NAME,
-    IDLE_UNIT_PATH,
-    UNIT_NAME,
-    UNIT_PATH,
-    Settings,
-    SettingsError,
-)
+from podkit.settings import Settings, SettingsError
 
 try:  # all of the host's data, so a misspelt podkit_/vllm_ key is refused, not ignored
     settings = Settings.from_mapping(host.data.dict())

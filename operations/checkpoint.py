@@ -10,7 +10,7 @@ from pyinfra.api import FunctionCommand, operation
 
 from podkit.host.fetch import FetchSpec, progress_line, start_command, status_config
 from podkit.host.probe import podctl_command
-from podkit.settings import Paths
+from podkit.paths import Paths
 from podkit.text import clean
 
 

@@ -11,7 +11,8 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 
 from podkit.host.install import install_command
 from podkit.host.router import Replica
-from podkit.settings import PackageSpec, Paths
+from podkit.paths import Paths
+from podkit.settings import PackageSpec
 from podkit.text import clean
 
 _EOF = "PODKIT_CA_EOF"

@@ -12,7 +12,8 @@ from podkit.client.targets import pin_ca
 from podkit.host.install import install_command
 from podkit.host.probe import VllmInstall, podctl_command
 from podkit.host.readiness import WaitResult, wait_config
-from podkit.settings import PackageSpec, Paths, Settings
+from podkit.paths import Paths
+from podkit.settings import PackageSpec, Settings
 from podkit.text import clean
 
 

@@ -17,6 +17,7 @@ newline, so ``^...$`` let ``"NAME\\n"`` pass as a variable name.
 from __future__ import annotations
 
 import ipaddress
+import math
 import posixpath
 import re
 from collections.abc import Callable, Mapping
@@ -42,8 +43,9 @@ def printable(value: Any, key: str, where: str = "") -> None:
     """Refuse a control character (``\\x00``-``\\x1f``, ``\\x7f``: line breaks, tabs, escapes)
     in any string of a datum: the datum itself, list items, a dict's keys and values."""
     if isinstance(value, str):
-        if not _PRINTABLE.fullmatch(value):
-            at = _CONTROL.search(value).start()
+        control = _CONTROL.search(value)
+        if control:
+            at = control.start()
             raise SettingsError(
                 f"{key}{where} holds a control character ({value[at]!r} at position {at}): "
                 "a datum is one line of printable text; remove it"
@@ -104,41 +106,84 @@ def pip_spec(value: Any, key: str) -> PackageSpec:
     return PackageSpec.parse(value, key)
 
 
+_FALSE_WORDS = ("false", "no", "off", "0", "")
+
+
 def flag(value: Any, key: str) -> bool:
-    return bool(value)
-
-
-def number(minimum: int) -> Check:
-    def number(value: Any, key: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
-            raise SettingsError(f"{key} must be a number >= {minimum}, got {value!r}")
+    """A real bool: the string ``"false"`` is true to Python, so a string or a number is refused
+    with the bool it most likely meant."""
+    if isinstance(value, bool):
         return value
+    meant: bool | None = None  # the bool the datum most likely stands for
+    if isinstance(value, str):
+        meant = value.strip().lower() not in _FALSE_WORDS
+    elif isinstance(value, (int, float)):
+        meant = value != 0
+    fix = f"{key} = {meant}" if meant is not None else f"{key} = True or {key} = False"
+    raise SettingsError(f"{key} must be True or False (a Python bool), got {value!r}: write {fix}, without quotes")
+
+
+def finite(value: Any, key: str, where: str = "") -> None:
+    """Refuse NaN and Infinity inside a datum (a list item, a dict's values): JSON has no way to
+    write them, and every comparison with NaN is false, so no bound holds. A datum that is itself
+    a number is the setting's own check's to refuse, with its range."""
+    if where and isinstance(value, float) and not math.isfinite(value):
+        raise SettingsError(f"{key}{where} is {value!r}: a datum holds finite numbers only; write a number")
+    if isinstance(value, Mapping):
+        for name, item in value.items():
+            finite(item, key, f"{where}[{name!r}]")
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for index, item in enumerate(value):
+            finite(item, key, f"{where}[{index}]")
+
+
+def _number(value: Any, key: str, low: float, high: float, what: str, whole: bool = False) -> int | float:
+    """``value`` as a finite number from ``low`` to ``high`` (an int where ``whole``); ``what`` says
+    the range and the unit in the refusal. A bool is not a number here, and neither is a string."""
+    number_like = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if number_like and whole and isinstance(value, float) and value.is_integer():
+        value = int(value)  # 30.0 is 30; a float that is not whole is refused below
+    if not number_like or (whole and not isinstance(value, int)) or not low <= value <= high:
+        raise SettingsError(f"{key} must be {what}, got {value!r}")  # NaN fails every comparison
+    return value
+
+
+def number(low: float, high: float, unit: str) -> Callable[[Any, str], float]:
+    def number(value: Any, key: str) -> float:
+        return _number(value, key, low, high, f"a number from {low:g} to {high:g} ({unit})")
 
     return number
 
 
-def whole(minimum: int) -> Check:
-    at_least = number(minimum)
-
+def whole(low: int, high: int, unit: str) -> Callable[[Any, str], int]:
     def whole(value: Any, key: str) -> int:
-        return int(at_least(value, key))
+        return int(_number(value, key, low, high, f"a whole number from {low} to {high} ({unit})", whole=True))
 
     return whole
 
 
+MAX_IDLE_MINUTES = 525600  # a year: idle_seconds stays a number the watcher's clock can add to
+MIN_IDLE_MINUTES = 0.1  # 6 s: about one poll of vLLM's counters (a smaller fraction stops a server mid-reply)
+
+
 def minutes(value: Any, key: str) -> int | float:
-    """Minutes, 0 or more: whole (30) or a fraction (0.5 = 30 s); a whole number stays an int."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
-        raise SettingsError(f"{key} must be minutes, 0 or more (0 = off), e.g. 30 or 0.5; got {value!r}")
-    return int(value) if value == int(value) else float(value)
+    """Minutes: 0 (off), or from 0.1 (6 s) to 525600 (a year); whole (30) or a fraction (0.5 = 30 s);
+    a whole number stays an int."""
+    what = f"minutes, 0 (off) or from {MIN_IDLE_MINUTES:g} to {MAX_IDLE_MINUTES} (a year), e.g. 30 or 0.5"
+    taken = _number(value, key, 0, MAX_IDLE_MINUTES, what)
+    if 0 < taken < MIN_IDLE_MINUTES:
+        raise SettingsError(f"{key} must be {what}, got {value!r}")
+    return int(taken) if taken == int(taken) else float(taken)
+
+
+MAX_USD_PER_HOUR = 1000
 
 
 def optional_price(value: Any, key: str) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise SettingsError(f"{key} must be a price in US dollars per hour (e.g. 1.99) or None; got {value!r}")
-    return float(value)
+    what = f"a price in US dollars per hour from 0 to {MAX_USD_PER_HOUR} (e.g. 1.99) or None"
+    return float(_number(value, key, 0, MAX_USD_PER_HOUR, what))
 
 
 def choice(choices: tuple[str, ...]) -> Check:
@@ -150,9 +195,9 @@ def choice(choices: tuple[str, ...]) -> Check:
     return choice
 
 
-def served_name(value: Any, key: str) -> str | None:
-    """None (or empty) is filled from vllm_model by ``Settings.from_mapping``."""
-    return text(value, key) if value else None
+def served_name(value: Any, key: str) -> str:
+    """None (or empty) is "", which ``Settings.from_mapping`` fills from vllm_model."""
+    return text(value, key) if value else ""
 
 
 _GROUP = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
@@ -193,44 +238,50 @@ def optional_domain(value: Any, key: str) -> str | None:
 
 
 def port(value: Any, key: str) -> int:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        number = -1
-    if isinstance(value, bool) or not 1 <= number <= 65535:
-        raise SettingsError(f"{key} must be an integer from 1 to 65535, got {value!r}")
-    return number
+    """A TCP port, 1 to 65535; a string of digits (an inventory's) is read as its number."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    return int(_number(value, key, 1, 65535, "an integer from 1 to 65535", whole=True))
+
+
+MAX_MODEL_LEN = 2**24  # 16,777,216 tokens: above every model's context (Llama 4 Scout's is 10M)
 
 
 def max_model_len(value: Any, key: str) -> int | str:
     if value == "auto":
         return "auto"
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 16:
-        return value
-    raise SettingsError(f"{key} must be a token count >= 16 or 'auto', got {value!r}")
+    return int(
+        _number(value, key, 16, MAX_MODEL_LEN, f"a token count from 16 to {MAX_MODEL_LEN} or 'auto'", whole=True)
+    )
 
 
 def fraction(value: Any, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+    number = _number(value, key, 0, 1, "in (0, 1], e.g. 0.9")
+    if number == 0:
         raise SettingsError(f"{key} must be in (0, 1], e.g. 0.9, got {value!r}")
-    return float(value)
+    return float(number)
 
 
-def optional_int(value: Any, key: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SettingsError(f"{key} must be a positive integer or None, got {value!r}")
-    return value
+def optional_count(high: int, what: str) -> Callable[[Any, str], int | None]:
+    """A count from 1 to ``high`` (``what`` counts), or None."""
+
+    def optional_count(value: Any, key: str) -> int | None:
+        if value is None:
+            return None
+        return int(_number(value, key, 1, high, f"a whole number from 1 to {high} ({what}), or None", whole=True))
+
+    return optional_count
+
+
+MAX_NODES = 1024
 
 
 def optional_rank(value: Any, key: str) -> int | None:
     """A node's rank in a cluster (0 is the head), or None: from the host's NODE_RANK."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise SettingsError(f"{key} must be a node rank (0 for the head, 1, 2, ...) or None, got {value!r}")
-    return value
+    what = f"a node rank from 0 (the head) to {MAX_NODES - 1}, or None"
+    return int(_number(value, key, 0, MAX_NODES - 1, what, whole=True))
 
 
 def optional_address(value: Any, key: str) -> str | None:
@@ -288,7 +339,7 @@ def is_api_key_flag(arg: str) -> bool:
 def args(value: Any, key: str) -> tuple[str, ...]:
     if value is None:
         return ()
-    if isinstance(value, str) or not all(isinstance(arg, (str, int, float)) for arg in value):
+    if not isinstance(value, (list, tuple)) or not all(isinstance(arg, (str, int, float)) for arg in value):
         raise SettingsError(f"{key} must be a list of strings, e.g. ['--enforce-eager'], got {value!r}")
     argv = tuple(str(arg) for arg in value)
     for arg in argv:

@@ -14,6 +14,7 @@ import hashlib
 import os
 import re
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
 
 ENV_VAR = "PODKIT_API_KEY"
@@ -87,10 +88,10 @@ def write_key(path: str | Path, key: str) -> None:
         raise ApiKeyError(f"cannot write the API key to {path}: {exc.strerror or exc}") from None
 
 
-def ensure_key(path: str | Path, environ: dict[str, str] | None = None) -> str:
+def ensure_key(path: str | Path, environ: Mapping[str, str] | None = None) -> str:
     """The project's key: from ``PODKIT_API_KEY`` if set, else the file, else a new one."""
-    environ = os.environ if environ is None else environ
-    supplied = environ.get(ENV_VAR, "").strip()
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    supplied = env.get(ENV_VAR, "").strip()
     if supplied:  # the variable first: when it is wrong, it is what to fix
         _check(
             supplied,
@@ -114,10 +115,10 @@ def rotate_key(path: str | Path) -> str:
     return key
 
 
-def read_hf_token(path: str | Path, environ: dict[str, str] | None = None) -> str | None:
+def read_hf_token(path: str | Path, environ: Mapping[str, str] | None = None) -> str | None:
     """The Hugging Face token: ``$HF_TOKEN`` if set, else the (0600) file, else None."""
-    environ = os.environ if environ is None else environ
-    token = environ.get("HF_TOKEN", "").strip()
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    token = env.get("HF_TOKEN", "").strip()
     if token:
         return token
     return _read_private(Path(path)) or None

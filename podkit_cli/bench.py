@@ -3,7 +3,6 @@ through a router host, what each of its replicas served."""
 
 from __future__ import annotations
 
-import json
 import sys
 from datetime import UTC
 
@@ -12,7 +11,7 @@ import click
 from podkit.text import clean
 
 from .hosts import Host, Target, load_targets
-from .output import host_option
+from .output import Finite, dumps, host_option
 
 
 def _int_list(ctx, param, value):
@@ -50,7 +49,7 @@ def router_replicas(target: Target) -> tuple[str, list] | None:
         if key is None:
             replicas.append(Reading(name, error=f"no API key at {settings.api_key_file}; apply the deploy"))
             continue
-        replica = Target(Host(name, settings, data, member), key)
+        replica = Target(Host(name, data, member, settings=settings), key)
         replicas.append(Replica(replica.name, replica.url, replica.key, replica.ca_file))
     return group, replicas
 
@@ -125,7 +124,7 @@ def router_replicas(target: Target) -> tuple[str, list] | None:
     help="Send X-Session-ID: <session id> with each turn (what a router's consistent_hash reads).",
 )
 @click.option(
-    "--usd-per-hour", type=click.FloatRange(min=0), help="Price of the box; default: the RunPod pod's costPerHr."
+    "--usd-per-hour", type=Finite(min=0, max=1000), help="Price of the box; default: the RunPod pod's costPerHr."
 )
 @click.option(
     "--chart",
@@ -280,10 +279,10 @@ def bench(
     for record in measured:
         path = Path(record["record"])
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        path.write_text(dumps(record) + "\n")
 
     if as_json:
-        click.echo(json.dumps({r["host"]: r for r in records}, indent=2, sort_keys=True))
+        click.echo(dumps({r["host"]: r for r in records}))
     else:
         for record in records:
             for line in table(record):

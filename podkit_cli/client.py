@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 
 import click
@@ -12,7 +11,7 @@ from podkit.client.connect import CLIENTS, LLM_KEY_NAME, ClientSettings, Connect
 from podkit.text import clean
 
 from .hosts import Target, load_targets
-from .output import host_option
+from .output import dumps, host_option
 
 
 class BadInput(click.ClickException):
@@ -124,7 +123,7 @@ def emit_settings(
             if show_key:
                 row["api_key"] = keys[cs.host]
             rows.append(row)
-        click.echo(json.dumps(rows, indent=2, sort_keys=True))
+        click.echo(dumps(rows))
         return
 
     if not client:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
@@ -10,7 +9,7 @@ import click
 from podkit.text import clean
 
 from .hosts import load_targets
-from .output import emit, host_option
+from .output import dumps, emit, host_option
 
 
 class DefaultGroup(click.Group):
@@ -139,7 +138,7 @@ def eval_run(inventory, host_names, profile_names, task_names, runs, max_tokens,
         targets,
     )
     if as_json:
-        click.echo(json.dumps({r["host"]: r for r in results}, indent=2, sort_keys=True, default=str))
+        click.echo(dumps({r["host"]: r for r in results}))
     else:
         for result in results:
             for line in table(result):

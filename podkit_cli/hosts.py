@@ -46,11 +46,10 @@ def _pyinfra():
 
 
 @dataclass
-class Host:
-    """One inventory host: its name, validated settings and data, and a way to run a command on it."""
+class Remote:
+    """A host given by its pyinfra data, and a way to run a command on it."""
 
     name: str
-    settings: Settings | None
     data: dict[str, Any]
     _host: Any = field(default=None, repr=False)
 
@@ -83,6 +82,13 @@ class Host:
         return [(member.name, member.data.dict(), member) for member in members]
 
 
+@dataclass
+class Host(Remote):
+    """One inventory host: a :class:`Remote` with its validated settings."""
+
+    settings: Settings = field(kw_only=True)
+
+
 def _with_state(make):
     """An inventory from ``make(make_inventory)``, with the pyinfra state its hosts connect through."""
     make_inventory, Config, State, ctx_state, ctx_inventory = _pyinfra()
@@ -106,7 +112,7 @@ def run_on(name: str, data: dict[str, Any], command: str, timeout: float = 120) 
     from pyinfra.api import Inventory
 
     inventory = _with_state(lambda _: Inventory(([(name, dict(data))], {})))
-    host = Host(name, None, dict(data), inventory.get_host(name))
+    host = Remote(name, dict(data), inventory.get_host(name))
     try:
         return host.run(command, timeout)
     finally:
@@ -147,7 +153,7 @@ def load_hosts(inventory: str, host_names: tuple[str, ...] = ()) -> list[Host]:
             settings = Settings.from_mapping(data)
         except SettingsError as exc:
             raise click.ClickException(f"{host.name}: {exc}") from None
-        hosts.append(Host(host.name, settings, data, host))
+        hosts.append(Host(host.name, data, host, settings=settings))
     if not hosts:
         wanted = f" named {', '.join(host_names)}" if host_names else ""
         raise click.BadParameter(f"no hosts{wanted} in {inventory}", param_hint="INVENTORY")

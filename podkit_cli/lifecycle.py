@@ -102,16 +102,16 @@ def statuses(inventory: str, host_names: tuple[str, ...]) -> list[HostStatus]:
     pods = pods_of(select, host_names)
     names = tuple(name for name, pod in pods if running(pod))
     try:  # the inventory leaves out running pods it cannot deploy to (zero GPUs, no SSH port, a new host key)
-        hosts = {h.name: h for h in quietly(lambda: load_hosts(inventory, names))} if names else {}
+        by_name = {h.name: h for h in quietly(lambda: load_hosts(inventory, names))} if names else {}
     except click.ClickException:
-        hosts = {}
-    remotes = dict(zip(hosts, each_host(remote_status, list(hosts.values()))))
+        by_name = {}
+    remote_of = dict(zip(by_name, each_host(remote_status, list(by_name.values()))))
     now = time.time()
     return [
         host_status(
             name,
-            hosts[name].settings if name in hosts else None,
-            remotes.get(name),
+            by_name[name].settings if name in by_name else None,
+            remote_of.get(name),
             pod,
             now,
         )

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 
 import click
+
+from .output import Finite, dumps
 
 
 def _max_model_len(ctx, param, value):
@@ -32,7 +33,7 @@ def _version(ctx, param, value):
 @click.option("--gpu", "gpu_name", help="Card by name: H100, H200, A100 80GB, L40S, L4, A6000, RTX 4090 ...")
 @click.option(
     "--gpu-memory-gib",
-    type=click.FloatRange(min=1),
+    type=Finite(min=1, max=100_000),
     help="Total memory per GPU as torch reports it (H100 80GB: 79.19).",
 )
 @click.option("--gpus", "gpu_count", type=click.IntRange(min=1), default=1, show_default=True)
@@ -44,11 +45,11 @@ def _version(ctx, param, value):
     show_default=True,
     help="Pipeline stages: each holds its share of the layers; the KV pool is the smallest stage's.",
 )
-@click.option("--gpu-memory-utilization", type=click.FloatRange(0.05, 1.0), default=0.9, show_default=True)
+@click.option("--gpu-memory-utilization", type=Finite(0.05, 1.0), default=0.9, show_default=True)
 @click.option("--max-model-len", default="auto", callback=_max_model_len, show_default=True, help="Tokens, or auto.")
 @click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto", show_default=True)
 @click.option("--quantization", type=click.Choice(["fp8"]), help="Runtime FP8 quantization of a BF16 checkpoint.")
-@click.option("--disk-free-gib", type=click.FloatRange(min=0), help="Free space on the volume, to check the download.")
+@click.option("--disk-free-gib", type=Finite(min=0), help="Free space on the volume, to check the download.")
 @click.option("--no-fp8-search", is_flag=True, help="Do not look for an FP8 sibling checkpoint.")
 @click.option(
     "--vllm-version",
@@ -128,7 +129,7 @@ def plan(
         detail = f"config.json lacks {exc}" if isinstance(exc, KeyError) else str(exc)
         raise click.BadParameter(detail, param_hint="MODEL") from None
     if as_json:
-        click.echo(json.dumps({**result.as_dict(), "family_error": family_error}, indent=2, sort_keys=True))
+        click.echo(dumps({**result.as_dict(), "family_error": family_error}))
     else:
         _print_plan(result, family_error)
     sys.exit(0 if result.fits else 1)

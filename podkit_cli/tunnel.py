@@ -70,7 +70,7 @@ class Forward:
         self._reader.start()
 
     def _read(self) -> None:
-        for line in self.proc.stderr:
+        for line in self.proc.stderr or ():  # stderr=PIPE: always a stream
             if line.strip():
                 self.lines.append(line.strip())
 

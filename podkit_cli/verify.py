@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
@@ -10,7 +9,7 @@ import click
 from podkit.text import clean
 
 from .hosts import load_targets
-from .output import host_option
+from .output import dumps, host_option
 
 
 @click.command()
@@ -57,14 +56,14 @@ def verify(inventory, host_names, as_json, timeout):
 
     def check(t):
         server = lambda: describe(t.name, t.settings, t.run, leaks=True)  # noqa: E731
-        router = t.settings is not None and t.settings.role == "router"
+        router = t.settings.role == "router"
         return Verifier(t.url, t.key, t.model, timeout, server=server, ca_file=t.ca_file, router=router).run()
 
     targets = load_targets(inventory, host_names)
     reports = list(zip([t.name for t in targets], each_host(check, targets)))
 
     if as_json:
-        click.echo(json.dumps({name: r.as_dict() for name, r in reports}, indent=2, sort_keys=True))
+        click.echo(dumps({name: r.as_dict() for name, r in reports}))
     else:
         for name, report in reports:
             click.echo(clean(f"{name}  {report.endpoint}/v1  model {report.model}"))

@@ -9,6 +9,8 @@ bash scripts/setup.sh
 # ruff (pinned in the test extra, configured in pyproject.toml): lint and format check
 .venv/bin/ruff check --quiet .
 .venv/bin/ruff format --check --quiet .
+# mypy (pinned in the test extra, configured in pyproject.toml): zero errors in the package and the CLI
+.venv/bin/mypy podkit podkit_cli
 # the docs site: a broken link, anchor or generated table fails here (no network needed;
 # NO_MKDOCS_2_WARNING quiets Material's banner about MkDocs 2.0)
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet

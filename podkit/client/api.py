@@ -147,8 +147,9 @@ class VllmApi:
     def max_model_len(self) -> int | None:
         """The served model's context as ``GET /v1/models`` lists it, None when it does not; raises openai's errors."""
         for entry in self.openai.models.list().data:
-            if entry.id == self.model and (entry.model_extra or {}).get("max_model_len"):
-                return int(entry.model_extra["max_model_len"])
+            extra = entry.model_extra or {}
+            if entry.id == self.model and extra.get("max_model_len"):
+                return int(extra["max_model_len"])
         return None
 
     def version(self) -> str | None:

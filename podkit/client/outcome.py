@@ -44,7 +44,7 @@ MEANINGS: dict[int, str] = {
 def exit_codes_table() -> str:
     """The docs' exit-code table (markdown): code, meaning, and its rank when several hosts or
     checks fail (1 = reported first)."""
-    ranks = {outcome: str(severity(outcome) + 1) for outcome in Outcome if outcome != Outcome.OK}
+    ranks: dict[int, str] = {int(outcome): str(severity(outcome) + 1) for outcome in Outcome if outcome != Outcome.OK}
     rows = ["| code | meaning | rank |", "|---|---|---|"]
     for code, meaning in sorted(MEANINGS.items()):
         rows.append(f"| {int(code)} | {meaning} | {ranks.get(code, '')} |")

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from openai.types.chat import ChatCompletionFunctionToolParam
+
 from podkit.client.serverinfo import ServerInfo
 from podkit.plan.families import UnknownFamily, family_for
 
-WEATHER_TOOL = {
+WEATHER_TOOL: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -38,7 +40,14 @@ def schema_errors(value: Any, schema: dict[str, Any], where: str = "arguments") 
     """The ways ``value`` breaks ``schema`` (the JSON-schema subset tool definitions use)."""
     errors: list[str] = []
     kind = schema.get("type")
-    types = {"object": dict, "string": str, "array": list, "boolean": bool, "integer": int, "number": (int, float)}
+    types: dict[str, type | tuple[type, ...]] = {
+        "object": dict,
+        "string": str,
+        "array": list,
+        "boolean": bool,
+        "integer": int,
+        "number": (int, float),
+    }
     if kind in types and (
         not isinstance(value, types[kind]) or (kind in ("integer", "number") and isinstance(value, bool))
     ):

@@ -25,13 +25,14 @@ import json
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletionMessageFunctionToolCall
 
 from podkit.client.agentapis import AGENT_APIS, AgentApi, unserved
 from podkit.client.api import VllmApi
@@ -186,7 +187,7 @@ class Verifier:
         self.router = router
         self.base_url, self.model, self.client = self.api.base_url, model, self.api.openai
         self.server = server
-        self._host = None
+        self._host: Future[tuple[ServerInfo, float]] | None = None
 
     def _timed(self, name: str, func: Callable[[], tuple[bool, str, Outcome]]) -> Check:
         start = time.monotonic()
@@ -310,8 +311,10 @@ class Verifier:
             return False, f"HTTP 400: {text}", Outcome.TOOL_CALLING
         message = reply.choices[0].message
         if message.tool_calls:
-            call = message.tool_calls[0].function
-            return True, f"called {call.name}({call.arguments})", Outcome.OK
+            first = message.tool_calls[0]
+            if not isinstance(first, ChatCompletionMessageFunctionToolCall):  # a custom tool: not what was offered
+                return False, f"a {first.type} tool call, not a call of the function offered", Outcome.TOOL_CALLING
+            return True, f"called {first.function.name}({first.function.arguments})", Outcome.OK
         extra = message.model_extra or {}
         problem = silent_failure(
             message.content,
@@ -339,6 +342,8 @@ class Verifier:
         calls = reply.choices[0].message.tool_calls or []
         if not calls:
             return False, "no tool_calls in the answer to a named tool_choice", Outcome.TOOL_CALLING
+        if not isinstance(calls[0], ChatCompletionMessageFunctionToolCall):
+            return False, f"a {calls[0].type} tool call, not a call of the function named", Outcome.TOOL_CALLING
         call = calls[0].function
         try:
             arguments = json.loads(call.arguments)
@@ -358,6 +363,7 @@ class Verifier:
 
     def _read_host(self) -> tuple[ServerInfo, float]:
         start = time.monotonic()
+        assert self.server is not None, "read only when run() was given a server"
         info = self.server()
         return info, round(time.monotonic() - start, 3)
 
@@ -417,6 +423,7 @@ class Verifier:
     def _vet(self, report: Report) -> bool:
         """Whether the key may go to the port (waits for the host read), with a check saying who
         holds it; a stranger replaces the checks made so far, which spoke to it, not to podkit."""
+        assert self._host is not None, "vetted only when the host is read"
         info, seconds = self._host.result()
         refusal = key_refusal(info)
         where = info.listener

@@ -150,8 +150,11 @@ def cluster_of(me: str, members: list[Member]) -> Cluster:
     """The cluster ``me`` belongs to, from every member's data and probe, with what stops it."""
     mine = next(m for m in members if m.name == me)
     ordered = sorted(members, key=lambda m: (m.rank if m.rank is not None else 1 << 30, m.name))
-    head = mine.head
-    cluster = Cluster(mine.settings.cluster, mine, ordered, head, mine.settings.cluster_port)
+    if mine.settings.cluster is None:
+        raise ValueError(
+            f"{me} is in no cluster: podkit_cluster is not set"
+        )  # the deploy asks for a cluster's node only
+    cluster = Cluster(mine.settings.cluster, mine, ordered, mine.head, mine.settings.cluster_port)
     cluster.problems = _problems(cluster)
     return cluster
 

@@ -16,7 +16,7 @@ import shlex
 from dataclasses import dataclass
 from importlib import resources
 
-from podkit.settings import Paths
+from podkit.paths import Paths
 
 _HEREDOC = "PODKIT_FETCH_EOF"
 

@@ -11,8 +11,10 @@ model import, and the ``vllm`` CLI asks for metadata of a distribution called
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 
-from podkit.settings import PackageSpec, Paths
+from podkit.paths import Paths
+from podkit.settings import PackageSpec
 
 CPU_BREAKERS = ("torchvision", "torchaudio", "torchcodec")
 
@@ -34,7 +36,9 @@ def cpu_metadata_shim(version: str) -> str:
     )
 
 
-def install_command(spec: PackageSpec | None, paths: Paths, *, recreate: bool, tools: list[PackageSpec] = ()) -> str:
+def install_command(
+    spec: PackageSpec | None, paths: Paths, *, recreate: bool, tools: Sequence[PackageSpec] = ()
+) -> str:
     """Create (or repair) the venv and install ``spec`` (vLLM; None when the host has it) and
     ``tools`` (Caddy, supervisord) in it, in one remote command."""
     specs = ([spec] if spec else []) + list(tools)

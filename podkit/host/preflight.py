@@ -8,7 +8,8 @@ from __future__ import annotations
 import shlex
 
 from podkit.host.probe import HostState, VllmInstall
-from podkit.settings import UNIT_NAME, PackageSpec, Settings
+from podkit.paths import UNIT_NAME
+from podkit.settings import PackageSpec, Settings
 
 #: Room a vLLM install takes on the volume (the venv, plus pip unpacking wheels in TMPDIR there):
 #: the CPU build's venv is 2.5-3.5 GB (3.4 GB measured on the sandbox); a CUDA build's, with torch

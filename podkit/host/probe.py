@@ -10,22 +10,15 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 from podkit.host.install import CPU_BREAKERS
+from podkit.paths import EDGE_UNIT_NAME, EDGE_UNIT_PATH, IDLE_UNIT_NAME, IDLE_UNIT_PATH, UNIT_NAME, UNIT_PATH
 from podkit.plan.gpus import supports_fp8
-from podkit.settings import (
-    EDGE_UNIT_NAME,
-    EDGE_UNIT_PATH,
-    IDLE_UNIT_NAME,
-    IDLE_UNIT_PATH,
-    UNIT_NAME,
-    UNIT_PATH,
-    PackageSpec,
-    Settings,
-)
+from podkit.settings import PackageSpec, Settings
 
 _HEREDOC = "PODKIT_PODCTL_EOF"
 # what supervisord runs: the server, the edge, the idle watcher; on a router host, the router and the edge
@@ -105,8 +98,8 @@ def server_config(settings: Settings, tls: bool = False) -> dict[str, Any]:
 def probe_config(
     settings: Settings,
     controller: dict[str, Any] | None = None,
-    extra_files: list[str] = (),
-    extra_ports: list[int] = (),
+    extra_files: Sequence[str] = (),
+    extra_ports: Sequence[int] = (),
 ) -> dict[str, Any]:
     """What ``podctl probe`` reads. With ``controller`` (the deploy's host name, pid and user) the
     probe also takes the deploy lock on the volume for this run (see podctl's ``deploy_lock``).
@@ -420,7 +413,7 @@ class HostState:
         and runs every program, vLLM, the edge and the idle watcher (none FATAL or stopped)."""
         if supervisor == "systemd":
             units = {"vllm": self.unit, "router": self.unit, "edge": self.edge_unit, "idle": self.idle_unit}
-            return all(units.get(name) is not None and units[name].up for name in programs)
+            return all((unit := units.get(name)) is not None and unit.up for name in programs)
         return self.supervisor_pid is not None and all(
             self.programs.get(name) in ("RUNNING", "STARTING", "BACKOFF") for name in programs
         )

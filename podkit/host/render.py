@@ -48,8 +48,9 @@ from podkit.host.cluster import Cluster
 from podkit.host.probe import edge_files, managed_files, programs_for
 from podkit.host.router import Replica, router_argv
 from podkit.host.startup import plan_record
+from podkit.paths import UNIT_NAME
 from podkit.plan.hostplan import HostPlan
-from podkit.settings import UNIT_NAME, PackageSpec, Settings
+from podkit.settings import PackageSpec, Settings
 
 TEMPLATES = PROJECT_ROOT / "templates"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # line breaks, tabs, escapes: what settings refuse
@@ -385,8 +386,8 @@ def host_files(
         **(cluster.env() if cluster else {}),
     }
     argv = serve_argv(settings, vllm_bin, launch, cluster)
-    follower = cluster is not None and not cluster.is_head
-    follow = {"address": cluster.head, "port": cluster.port} if follower else None
+    follow = {"address": cluster.head, "port": cluster.port} if cluster is not None and not cluster.is_head else None
+    follower = follow is not None
     files = {
         "env": rendered(paths.env_file, "env.sh.j2", "644", env=server_env),
         "launch": r.launch(argv, str(package), router=False, cluster=cluster),

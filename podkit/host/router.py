@@ -84,6 +84,7 @@ def replicas_of(settings: Settings, members: list[tuple[str, dict[str, Any]]]) -
             port += 1
         way = way_in(name, data)
         internal = way.tls == "internal"
+        key_file: str | None
         try:
             member = Settings.from_mapping(data)
             served, key_file = member.served_model_name, member.api_key_file

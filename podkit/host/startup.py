@@ -112,7 +112,9 @@ def parse_startup(lines: list[str]) -> dict[str, Any]:
             ready_at = stamps[-1]
         for pattern, targets in _COMPILED:
             match = pattern.search(line)
-            for group, where, key, kind in targets if match else ():
+            if match is None:
+                continue
+            for group, where, key, kind in targets:
                 value = kind(match.group(group))
                 if key in _SMALLEST and key in into[where]:
                     value = min(value, into[where][key])

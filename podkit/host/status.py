@@ -74,13 +74,36 @@ class HostStatus:
 def parse_status(output: str) -> dict[str, Any]:
     """``podctl status``'s JSON line (its last line), or {"error": ...}."""
     try:
-        data = json.loads(output.strip().splitlines()[-1])
+        data = json.loads(
+            output.strip().splitlines()[-1], parse_constant=_no_number, parse_float=_reading, parse_int=_reading
+        )
     except (ValueError, IndexError):
         return {"error": f"podctl status printed no JSON: {output.strip()[-200:]!r}"}
     if not isinstance(data, dict) or data.get("podctl") != 1:
         said = data.get("error") if isinstance(data, dict) else None
         return {"error": said or f"podctl status answered something else: {output.strip()[-200:]!r}"}
     return data
+
+
+def _no_number(literal: str) -> None:
+    """``NaN``, ``Infinity``, ``-Infinity``: Python's JSON reader takes them, but no sum with them means anything."""
+    return None
+
+
+def _reading(literal: str) -> int | float | None:
+    """A number the host wrote, or None where it is no reading (as :func:`_finite`)."""
+    return _finite(float(literal) if any(c in literal for c in ".eE") else int(literal))
+
+
+def _finite(value: Any) -> int | float | None:
+    """A number the host or RunPod gave, or None where it is no reading: not a number (a bool
+    included), not finite, or an integer past what a float holds exactly (every time, count and
+    price here is far below)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return value if abs(value) < 2**53 else None
 
 
 def _minutes(seconds: float | None) -> float | None:
@@ -118,8 +141,7 @@ def host_status(
 def _from_pod(status: HostStatus, pod: dict[str, Any], now: float) -> None:
     status.pod_id = pod.get("id")
     desired = str(pod.get("desiredStatus") or "unknown")
-    status.usd_per_hour = pod.get("costPerHr")
-    uptime = pod.get("uptimeSeconds")
+    status.usd_per_hour, uptime = _finite(pod.get("costPerHr")), _finite(pod.get("uptimeSeconds"))
     if desired == "RUNNING":
         status.state = "starting" if not pod.get("runtime") else "up"
         if isinstance(uptime, (int, float)):
@@ -232,7 +254,7 @@ def _from_host(status: HostStatus, remote: dict[str, Any], bare_metal: bool, now
     if served.get("models"):
         status.model = served["models"][0]
     status.context = None if served.get("max_model_len") is None else int(served["max_model_len"])
-    if idle.get("idle_stop_seconds") is not None:  # what the host's watcher was given (a --data override included)
+    if isinstance(idle.get("idle_stop_seconds"), (int, float)):  # what the host's watcher was given (--data too)
         minutes = round(float(idle["idle_stop_seconds"]) / 60, 2)
         status.idle_stop_minutes = int(minutes) if minutes == int(minutes) else minutes
     if bare_metal and isinstance(idle.get("usd_per_hour"), (int, float)):

@@ -56,7 +56,7 @@ class Architecture:
         )
         routed = int(c.get("num_experts") or c.get("num_local_experts") or c.get("n_routed_experts") or 0)
         shared = int(c.get("shared_expert_intermediate_size") or 0) or moe_inter * int(c.get("n_shared_experts") or 0)
-        common = dict(
+        common: dict[str, Any] = dict(
             num_layers=layers,
             num_attention_heads=heads,
             num_kv_heads=kv_heads,

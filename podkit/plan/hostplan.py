@@ -158,7 +158,7 @@ def context_problem(settings: Settings, checkpoint: Checkpoint, version: str) ->
     positions = max_positions(checkpoint.config)
     wanted = settings.max_model_len
     allow_long = settings.extra_env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "").strip().lower() in ("1", "true")
-    if wanted == AUTO or positions is None or wanted <= positions or allow_long:
+    if not isinstance(wanted, int) or positions is None or wanted <= positions or allow_long:  # a str: AUTO
         return None
     return (
         f"vllm_max_model_len {wanted} exceeds the {positions} positions of {checkpoint.repo} (its "
@@ -269,6 +269,9 @@ def plan_host(
     result.stages = stage_figures(plan, checkpoint, pipeline)
     chosen = plan.checkpoint
     if not chosen.local:
+        if chosen.revision is None:  # the hub answers every model_info with the commit it resolved
+            result.problems.append(f"{chosen.repo}: the hub named no commit for it; apply again")
+            return result
         result.fetch = FetchSpec(settings.model, chosen.repo, chosen.revision, plan.download_files, plan.download_bytes)
         result.fetched = record is not None
         result.model = result.fetch.snapshot(settings.paths)

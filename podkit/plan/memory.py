@@ -334,7 +334,7 @@ def stage_weights_gib(
     one). The embedding and the head count 2 bytes a parameter (bf16 in an FP8 checkpoint too; runtime
     FP8 leaves them so) and are split by TP as the decoder layers are."""
     matrix = arch.vocab_size * arch.hidden_size * 2
-    decoder = weight_bytes - (1 if arch.tied_embeddings else 2) * matrix
+    decoder: float = weight_bytes - (1 if arch.tied_embeddings else 2) * matrix
     if decoder <= 0:  # a checkpoint smaller than its config's embeddings (a test model): by layers alone
         matrix, decoder = 0, weight_bytes
     if runtime_fp8:
@@ -719,7 +719,7 @@ def make_plan(
     cached = cached_bytes.get(chosen.repo, 0) if isinstance(cached_bytes, dict) else cached_bytes
     missing = 0 if chosen.local else max(0, download - cached)
     disk_fits = None if disk_free_bytes is None else missing + DISK_HEADROOM_BYTES <= disk_free_bytes
-    if memory is not None:
+    if memory is not None and hardware is not None:  # a memory plan is made for GPUs only
         verdict = dict(
             memory.as_dict(),
             stages=tuple(memory.stages),
@@ -745,7 +745,7 @@ def make_plan(
             tensor_parallel_size=1,
             pipeline_parallel_size=pipeline_parallel_size,
         )
-    if disk_fits is False:
+    if disk_fits is False and disk_free_bytes is not None:  # no free space known: no verdict
         need = (missing + DISK_HEADROOM_BYTES) / 1e9
         fix = []
         if fp8_alternative is not None and chosen is not fp8_alternative:

@@ -105,14 +105,14 @@ class PodKeys:
         accept = accepted_from_env() if accept is None else accept
         remembered = self.load()
         with ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts)))) as pool:
-            offered = list(pool.map(lambda h: scan(*h.address, timeout=timeout), hosts))
+            offered = list(pool.map(lambda h: scan(h.address[0], h.address[1], timeout=timeout), hosts))
         kept: list[PodHost] = []
         skipped: list[Skipped] = []
         notes: list[str] = []
         lines: list[str] = []
         for host, now in zip(hosts, offered):
             address, port = host.address
-            known = remembered.get(host.pod_id)
+            known = remembered.get(host.pod_id) or {}  # {}: the pod's key was never recorded
             known_key = HostKey(known["type"], known["key"]) if known else None
             where = f"{address}:{port}"
             if isinstance(now, str):

@@ -134,7 +134,7 @@ def selected(pods: Iterable[dict[str, Any]], select: Callable[[dict[str, Any]], 
     """The selected pods, whatever their state, each with its host name: the pod's name, made
     unique with the pod id where two pods share a name."""
     chosen = [pod for pod in pods if select(pod)]
-    names = [pod.get("name") or pod.get("id") for pod in chosen]
+    names = [str(pod.get("name") or pod.get("id")) for pod in chosen]
     return [
         (_host_name(name if names.count(name) == 1 else f"{name}-{pod.get('id')}"), pod)
         for pod, name in zip(chosen, names)
@@ -151,7 +151,10 @@ def hosts_for(
     skipped: list[Skipped] = []
     for name, pod in selected(pods, select):
         entry = pod_host(pod, name, allow_no_gpu)
-        (hosts if isinstance(entry, PodHost) else skipped).append(entry)
+        if isinstance(entry, PodHost):
+            hosts.append(entry)
+        else:
+            skipped.append(entry)
     return hosts, skipped
 
 
@@ -166,7 +169,7 @@ def _quiet_cpuinfo() -> None:
     cpuinfo yet, give that one module a cpuinfo that answers at once."""
     if "cpuinfo" not in sys.modules:
         stub = types.ModuleType("cpuinfo")
-        stub.get_cpu_info = lambda: {"brand_raw": "unknown (not probed by podkit)"}
+        setattr(stub, "get_cpu_info", lambda: {"brand_raw": "unknown (not probed by podkit)"})  # noqa: B010
         sys.modules["cpuinfo"] = stub
 
 

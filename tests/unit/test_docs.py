@@ -121,6 +121,14 @@ SETTINGS_REFUSALS = [
         "printable text; remove it",
     ),
     (
+        {"podkit_idle_stop_minutes": 1e300},
+        "podkit_idle_stop_minutes must be minutes, 0 (off) or from 0.1 to 525600 (a year), e.g. 30 or 0.5, got 1e+300",
+    ),
+    (
+        {"podkit_public": "false"},
+        "podkit_public must be True or False (a Python bool), got 'false': write podkit_public = False, without quotes",
+    ),
+    (
         {"vllm_extra_env": {"MY-VAR": "1"}},
         "vllm_extra_env has an invalid variable name 'MY-VAR': use letters, digits and _",
     ),

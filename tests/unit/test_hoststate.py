@@ -12,7 +12,8 @@ import pytest
 
 from podkit.host.preflight import choose_vllm, host_problems
 from podkit.host.probe import HostState, ProbeError, parse_nvidia_smi, parse_probe, podctl_command, probe_config
-from podkit.settings import EDGE_UNIT_PATH, UNIT_PATH, PackageSpec, Settings
+from podkit.paths import EDGE_UNIT_PATH, UNIT_PATH
+from podkit.settings import PackageSpec, Settings
 from tests.helpers import pid_line, sample_data, settings_for, stand_in_supervisord, zombie
 
 # The shape `nvidia-smi --query-gpu=index,name,memory.total,compute_cap --format=csv,noheader,nounits`

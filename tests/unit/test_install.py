@@ -6,7 +6,8 @@ import subprocess
 import pytest
 
 from podkit.host.install import install_command
-from podkit.settings import PackageSpec, Paths
+from podkit.paths import Paths
+from podkit.settings import PackageSpec
 
 pytestmark = pytest.mark.proc  # starts real processes (see pytest.ini)
 

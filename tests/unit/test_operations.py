@@ -23,7 +23,8 @@ from pyinfra.context import ctx_host, ctx_state
 from operations import checkpoint, interrupt, preflight, supervisor, vllm, volume
 from podkit.host.fetch import FetchSpec
 from podkit.host.probe import VllmInstall
-from podkit.settings import PackageSpec, Paths, Settings
+from podkit.paths import Paths
+from podkit.settings import PackageSpec, Settings
 from tests.helpers import sample_data
 
 CASES = Path(__file__).resolve().parent.parent / "cases" / "operations"

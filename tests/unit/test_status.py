@@ -4,6 +4,7 @@ against the RunPod replay; the three commands through CliRunner on the states th
 and inventories/runpod.py read for its ``select`` alone."""
 
 import json
+import math
 import runpy
 
 import pytest
@@ -13,6 +14,7 @@ from podkit import project_path
 from podkit.host.status import describe, host_status, parse_status
 from podkit.runpod.pods import PodsError, _quiet_cpuinfo, by_prefix, resume_pod, selected, stop_pod
 from podkit_cli import cli
+from podkit_cli.output import dumps
 from testing.runpod_api import NO_FREE_GPUS, RunPodReplay, running_pod
 from tests.helpers import settings
 
@@ -699,3 +701,39 @@ def test_up_of_a_pod_running_with_zero_gpus_names_it_and_deploys_nothing(account
         "Error: no pod is running to deploy to",
     ]
     assert not mutations(account)
+
+
+NOT_A_NUMBER = {
+    "NaN": "NaN",
+    "Infinity": "Infinity",
+    "-Infinity": "-Infinity",
+    "past a float": "1e400",
+    "past a float's integers": "9" * 30,
+}
+
+
+@pytest.mark.parametrize("literal", NOT_A_NUMBER.values(), ids=NOT_A_NUMBER.keys())
+def test_a_host_number_that_is_not_finite_is_no_reading(literal):
+    """A watcher's state or podctl's answer with NaN, Infinity or an overflowing number (a forged or
+    broken file on the host): status shows nothing for it, never $nan or a traceback."""
+    template = json.dumps(podctl_status(idle=watcher(idle_stop_seconds=0, deadline=0, usd_per_hour=0), boot_at=0))
+    for field in ('"idle_stop_seconds": 0', '"deadline": 0', '"usd_per_hour": 0', '"boot_at": 0'):
+        answer = parse_status(template.replace(field, field[:-1] + literal))
+        status = host_status("box-1", settings(podkit_usd_per_hour=1.5), answer, None, HOST_NOW)
+        text = "\n".join(describe(status, BARE))
+        assert "nan" not in text and "inf" not in text.replace("in flight", ""), text
+        json.loads(dumps(status.as_dict()), parse_constant=pytest.fail)
+
+
+def test_a_pod_price_that_is_not_finite_is_no_price():
+    pod = {"id": "p", "desiredStatus": "RUNNING", "runtime": {}, "costPerHr": float("nan"), "uptimeSeconds": 60}
+    status = host_status("tst-a", None, None, pod, HOST_NOW)
+    assert status.usd_per_hour is None and status.spend_usd is None
+
+
+def test_status_json_stays_strict_json_when_runpod_gives_no_finite_price(account):
+    account.pods[1] = {**account.pods[1], "costPerHr": float("nan")}
+    result = invoke("status", RUNPOD, "--json")
+    no_traceback(result)
+    found = json.loads(result.stdout, parse_constant=pytest.fail)
+    assert all(row["spend_usd"] is None or math.isfinite(row["spend_usd"]) for row in found.values())

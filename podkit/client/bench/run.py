@@ -43,6 +43,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletionMessageParam
 
 from podkit.client.api import VllmApi, outcome_of
 from podkit.client.bench.prompts import Prompt, build_prompt, cap_lengths
@@ -276,14 +277,14 @@ class Bench:
             )
         )
 
-    def chat_stream(self, messages: list[dict[str, str]], session_id: str) -> tuple[Timing, str]:
+    def chat_stream(self, messages: list[ChatCompletionMessageParam], session_id: str) -> tuple[Timing, str]:
         """One streamed chat completion of exactly ``output_tokens`` tokens, timed chunk by chunk,
         and the answer's text."""
-        opts, answer = self.options, []
+        opts, answer = self.options, list[str]()
         timing = self._timed(
             lambda: self.client.chat.completions.create(
                 model=self.model,
-                messages=messages,  # type: ignore[arg-type]
+                messages=messages,
                 max_tokens=opts.output_tokens,
                 temperature=0,
                 stream=True,

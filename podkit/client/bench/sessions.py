@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from openai.types.chat import ChatCompletionMessageParam
+
 from podkit.client.bench.prompts import WORDS
 from podkit.client.bench.stats import Timing, summary
 
@@ -47,14 +49,14 @@ class Conversation:
     def turns(self) -> int:
         return len(self.users)
 
-    def messages(self, turn: int) -> list[dict[str, str]]:
+    def messages(self, turn: int) -> list[ChatCompletionMessageParam]:
         """The messages turn ``turn`` (from 0) sends: the system prompt, every earlier user message
         with its answer, then this turn's user message. Needs the answers to the earlier turns."""
         if turn >= self.turns:
             raise IndexError(f"session {self.session_id} has {self.turns} turns, not {turn + 1}")
         if len(self.answers) < turn:
             raise ValueError(f"turn {turn + 1} of session {self.session_id} needs the answer to turn {turn}")
-        messages = [{"role": "system", "content": self.system}]
+        messages: list[ChatCompletionMessageParam] = [{"role": "system", "content": self.system}]
         for k in range(turn):
             messages += [{"role": "user", "content": self.users[k]}, {"role": "assistant", "content": self.answers[k]}]
         messages.append({"role": "user", "content": self.users[turn]})
@@ -115,7 +117,7 @@ def aggregate_sessions(sessions: Sequence[Sequence[Timing]], turns: int, wall_s:
                 "completed": len(ok),
                 "errors": sorted({t.error for t in timings if t.error}),
                 "prompt_tokens": {"min": min(counted), "max": max(counted)} if counted else None,
-                "ttft_s": summary([t.ttft for t in ok]),
+                "ttft_s": summary([t.ttft for t in ok if t.ttft is not None]),
             }
         )
     output_tokens = sum(t.output_tokens if t.output_tokens is not None else len(t.chunks) for t in done)
@@ -128,6 +130,6 @@ def aggregate_sessions(sessions: Sequence[Sequence[Timing]], turns: int, wall_s:
         "errors": sorted({t.error for t in sent if t.error}),
         "wall_s": round(wall_s, 3),
         "output_tokens": output_tokens,
-        "ttft_s": summary([t.ttft for t in done]),
+        "ttft_s": summary([t.ttft for t in done if t.ttft is not None]),
         "per_turn": per_turn,
     }

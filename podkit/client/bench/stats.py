@@ -87,7 +87,7 @@ def aggregate_level(
         "output_tokens": output_tokens,
         "requests_per_s": round(len(done) / wall_s, 4) if wall_s > 0 and done else None,
         "output_tokens_per_s": round(tokens_per_s, 2) if tokens_per_s else None,
-        "ttft_s": summary([t.ttft for t in done]),
+        "ttft_s": summary([t.ttft for t in done if t.ttft is not None]),
         "itl_s": summary([gap for t in done for gap in t.gaps]),
         "tpot_s": summary([t.tpot for t in done if t.tpot is not None]),
         "usd_per_million_output_tokens": usd_per_million_tokens(usd_per_hour, tokens_per_s),
@@ -103,5 +103,5 @@ def aggregate_length(target: int, warmup: Timing, timings: Sequence[Timing]) -> 
         "requests": len(timings),
         "errors": sorted({t.error for t in [warmup, *timings] if t.error}),
         "first_request_ttft_s": None if warmup.ttft is None else round(warmup.ttft, 6),
-        "ttft_s": summary([t.ttft for t in done]),
+        "ttft_s": summary([t.ttft for t in done if t.ttft is not None]),
     }

@@ -84,7 +84,10 @@ def apply_unified_diff(original: str, diff: str, target: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def _top_level(tree: ast.Module) -> dict[str, ast.stmt]:
+_Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+
+
+def _top_level(tree: ast.Module) -> dict[str, _Definition]:
     return {
         node.name: node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
     }
@@ -92,7 +95,7 @@ def _top_level(tree: ast.Module) -> dict[str, ast.stmt]:
 
 def _span(node: ast.stmt) -> tuple[int, int]:
     first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-    return first - 1, node.end_lineno
+    return first - 1, node.end_lineno or node.lineno
 
 
 def splice(original: str, fragment: str) -> str:

@@ -30,7 +30,8 @@ def resolve_profiles(names, generation_config: dict[str, Any] | None, origin: st
             raise ValueError(f"unknown profile {name!r}; the profiles are {', '.join(PROFILES)}")
         params, source = dict(PROFILES[name]), "podkit's coding profile"
         if name == MODEL_DEFAULTS_PROFILE:
-            sampling = {k: generation_config[k] for k in VLLM_NEUTRAL if k in (generation_config or {})}
+            given = generation_config or {}
+            sampling = {k: given[k] for k in VLLM_NEUTRAL if k in given}
             if sampling:
                 params, source = {**VLLM_NEUTRAL, **sampling}, f"the model's generation_config.json: {origin}"
             else:

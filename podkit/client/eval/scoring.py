@@ -56,13 +56,13 @@ def longest_function(code: str) -> int:
     for node in ast.walk(tree):
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
-        skip = set()
+        skip: set[int] = set()
         first = node.body[0]
         if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-            skip = set(range(first.lineno, first.end_lineno + 1))
+            skip = set(range(first.lineno, (first.end_lineno or first.lineno) + 1))
         count = sum(
             1
-            for n in range(node.lineno, node.end_lineno + 1)
+            for n in range(node.lineno, (node.end_lineno or node.lineno) + 1)
             if n not in skip and lines[n - 1].strip() and not lines[n - 1].strip().startswith("#")
         )
         longest = max(longest, count)

@@ -129,7 +129,7 @@ def run_tool_task(endpoint: Endpoint, task: Task, params: dict[str, Any]) -> tup
         "tests": tests,
         "extracted": "\n".join(f"# {n}\n{t}" for n, t in changed.items()) or answer_text(transcript[-1]["content"]),
     }
-    if not changed:
+    if not changed or tests is None:  # the tests run whenever a file changed
         return 0, {**info, "detail": f"no file changed ({stop} after {len(transcript)} turn(s))"}
     if cheated(tests):
         return 0, {**info, "detail": cheated(tests)}

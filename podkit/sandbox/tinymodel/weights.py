@@ -188,8 +188,8 @@ def _wire_tool_call(tensors: dict[str, list[float]]) -> None:
 
     # The output layer: each step of the chain, by the features now present.
     # In units of the normalised anchor, every other token scores about 1.0.
-    row = embed[start * HIDDEN_SIZE : (start + 1) * HIDDEN_SIZE]
-    marker = HIDDEN_SIZE**0.5 * _FEATURE / sum(v * v for v in row) ** 0.5  # <tool_call> after input_layernorm
+    anchor = embed[start * HIDDEN_SIZE : (start + 1) * HIDDEN_SIZE]
+    marker = HIDDEN_SIZE**0.5 * _FEATURE / sum(v * v for v in anchor) ** 0.5  # <tool_call> after input_layernorm
     tools = _DETECT_OUT * marker  # what the detector writes into ``tools``
     both = _SUPPRESS / 2 + 1.5  # one feature alone scores -_SUPPRESS/2 + 1.5, both 3.0
     lm_head = tensors["lm_head.weight"]
