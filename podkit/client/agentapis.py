@@ -27,6 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import openai
+from openai.types.responses import (
+    FunctionToolParam,
+    ResponseCompletedEvent,
+    ResponseFailedEvent,
+    ResponseFunctionToolCall,
+    ResponseIncompleteEvent,
+    ResponseOutputItemDoneEvent,
+)
 
 from podkit.client.api import VllmApi
 from podkit.client.outcome import Outcome
@@ -37,7 +45,13 @@ Result = tuple[bool, str, Outcome]
 PROMPT = "What is the weather in Paris, in celsius?"
 FUNCTION = WEATHER_TOOL["function"]
 #: the same tool in the Responses API's flat shape, and in Anthropic's (``input_schema``)
-RESPONSES_TOOL = {"type": "function", **FUNCTION}
+RESPONSES_TOOL: FunctionToolParam = {
+    "type": "function",
+    "name": FUNCTION["name"],
+    "description": FUNCTION["description"],
+    "parameters": FUNCTION["parameters"],
+    "strict": False,
+}
 ANTHROPIC_TOOL = {
     "name": FUNCTION["name"],
     "description": FUNCTION["description"],
@@ -123,15 +137,15 @@ def responses_probe(entry: AgentApi, api: VllmApi, router: bool) -> Result:
             temperature=0,
             stream=True,
         )
-        events, calls, status, text = 0, [], None, ""
+        events, status, text = 0, None, ""
+        calls: list[ResponseFunctionToolCall] = []
         for event in stream:
             events += 1
-            kind = getattr(event, "type", "")
-            if kind == "response.output_item.done" and getattr(event.item, "type", "") == "function_call":
+            if isinstance(event, ResponseOutputItemDoneEvent) and isinstance(event.item, ResponseFunctionToolCall):
                 calls.append(event.item)
-            elif kind in ("response.completed", "response.incomplete", "response.failed"):
+            elif isinstance(event, (ResponseCompletedEvent, ResponseIncompleteEvent, ResponseFailedEvent)):
                 status = event.response.status
-                calls = calls or [i for i in event.response.output or [] if getattr(i, "type", "") == "function_call"]
+                calls = calls or [i for i in event.response.output or [] if isinstance(i, ResponseFunctionToolCall)]
                 text = getattr(event.response, "output_text", "") or ""
     except openai.APIStatusError as exc:
         return refusal(entry, exc.status_code, str(exc.body or exc.message), router)

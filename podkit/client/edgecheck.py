@@ -76,7 +76,7 @@ def edge_refusals(api: VllmApi, info: ServerInfo) -> tuple[bool, str, Outcome]:
             Outcome.EXPOSED,
         )
     refused = f"{len(routes) - ('/health' in routes)} routes beside /v1 refused without the key"
-    if ranks:
+    if ranks and master:  # ranks are found only beside a master
         refused += (
             f"; the cluster's ranks listen on {len(ranks)} port{'s' if len(ranks) != 1 else ''} of {master[0]} "
             f"and port {master[1]} (keep them off the internet)"

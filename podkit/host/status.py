@@ -204,13 +204,13 @@ def checked_remote(remote: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             value = None
         out[part] = dict(value) if value else ({} if part != "stopped" else None)
     out["programs"] = {str(k): str(v) for k, v in out["programs"].items()}
-    for part, key, what in HOST_NUMBERS:
-        holder = out if part is None else out.get(part)
+    for within, key, what in HOST_NUMBERS:
+        holder = out if within is None else out.get(within)
         if not holder or holder.get(key) is None:
             continue
         number = _number(holder[key])
         if number is None:
-            where = f" ({HOST_FILES[part]})" if part in HOST_FILES else ""
+            where = f" ({HOST_FILES[within]})" if within in HOST_FILES else ""
             notes.append(f"ignored {what}: {clean(repr(holder[key])[:60])} is not a finite number{where}")
         holder[key] = number
     models = out["served"].get("models")

@@ -116,7 +116,7 @@ class FakeHost(Host):
     """A host whose commands answer ``stdout``/``stderr`` without SSH."""
 
     def __init__(self, name, stdout, stderr="", status=0):
-        super().__init__(name, settings(), {})
+        super().__init__(name, {}, settings=settings())
         self.answer = Result(status, stdout, stderr)
 
     def run(self, command, timeout=120):

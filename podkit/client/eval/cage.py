@@ -274,7 +274,9 @@ def _collect(procs: list[subprocess.Popen], verdict: int, limits: Limits, starte
     """Everything the cages print (at most ``limits.output`` bytes in all) and the tests' verdict,
     until the tests' cage is done, the time is up or the output too much; the limit hit, if any."""
     answer, tests = procs
-    streams = {answer.stdout: b"", answer.stderr: b"", tests.stdout: b"", tests.stderr: b""}
+    pipes = [answer.stdout, answer.stderr, tests.stdout, tests.stderr]
+    assert all(pipes), "the cages are started with every stream piped"
+    streams: dict[Any, bytes] = {pipe: b"" for pipe in pipes}
     said, printed, hit = b"", 0, None
     selector = selectors.DefaultSelector()
     for stream in streams:
@@ -314,7 +316,8 @@ def _end(proc: subprocess.Popen) -> None:
         proc.send_signal(signal.SIGKILL)
     proc.wait()
     for stream in (proc.stdout, proc.stderr):
-        stream.close()
+        if stream is not None:
+            stream.close()
 
 
 def _verdict(procs, outputs: list[str], said: bytes, hit: str | None, seconds: float) -> dict[str, Any]:
