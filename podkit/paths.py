@@ -92,17 +92,36 @@ class Paths:
         return posixpath.join(self.hub_cache, "models--" + repo.replace("/", "--"))
 
     def cache_env(self) -> dict[str, str]:
-        """Environment that puts every cache vLLM and its stack write on the volume."""
-        hf = posixpath.join(self.cache, "huggingface")
+        """Environment that puts every cache vLLM and its stack write on the volume: each variable
+        the pinned builds read with a default under ``$HOME`` or ``/tmp`` (tests/fixtures/cache_vars,
+        made by scripts/cache_vars.py), so a pod's stop, which wipes both, keeps every compiled kernel."""
+        hf, at = posixpath.join(self.cache, "huggingface"), lambda *parts: posixpath.join(self.cache, *parts)
         return {
             "HF_HOME": hf,
             "HF_HUB_CACHE": posixpath.join(hf, "hub"),
             "HUGGINGFACE_HUB_CACHE": posixpath.join(hf, "hub"),
-            "XDG_CACHE_HOME": posixpath.join(self.cache, "xdg"),
-            "VLLM_CACHE_ROOT": posixpath.join(self.cache, "vllm"),
-            "TORCHINDUCTOR_CACHE_DIR": posixpath.join(self.cache, "torchinductor"),
-            "TRITON_CACHE_DIR": posixpath.join(self.cache, "triton"),
-            "PIP_CACHE_DIR": posixpath.join(self.cache, "pip"),
+            "XDG_CACHE_HOME": at("xdg"),
+            # vLLM's own (vllm/envs.py): torch.compile artefacts, its startup plan, assets, config
+            "VLLM_CACHE_ROOT": at("vllm"),
+            "VLLM_ASSETS_CACHE": at("vllm", "assets"),
+            "VLLM_XLA_CACHE_PATH": at("vllm", "xla_cache"),
+            "VLLM_CONFIG_ROOT": at("vllm-config"),
+            "VLLM_RPC_BASE_PATH": self.tmp,
+            # the JIT kernels of the stack under it; DeepGEMM's where vLLM would put it
+            "DG_JIT_CACHE_DIR": at("vllm", "deep_gemm"),
+            "FLASHINFER_WORKSPACE_BASE": at("flashinfer"),
+            "TORCHINDUCTOR_CACHE_DIR": at("torchinductor"),
+            "TRITON_CACHE_DIR": at("triton"),
+            "TRITON_HOME": at("triton-home"),
+            "TORCH_EXTENSIONS_DIR": at("torch_extensions"),
+            "CUDA_CACHE_PATH": at("nv", "ComputeCache"),
+            "CCACHE_DIR": at("ccache"),
+            # kernel libraries vLLM bundles, each with a cache of its own under ~
+            "MINFER_FMHA_CACHE_DIR": at("minfer"),
+            "FLASH_ATTENTION_CUTE_DSL_CACHE_DIR": at("flash_attention_cute_dsl"),
+            "FLYDSL_RUNTIME_CACHE_DIR": at("flydsl"),
+            "OUTLINES_CACHE_DIR": at("outlines"),
+            "PIP_CACHE_DIR": at("pip"),
             "TMPDIR": self.tmp,
         }
 
