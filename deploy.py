@@ -39,7 +39,8 @@ from podkit.host.probe import (
     programs_for,
     server_config,
 )
-from podkit.host.render import edge_problems, host_files, router_files
+from podkit.host.profile import device_of, wait_profile
+from podkit.host.render import edge_problems, host_files, reuse_key, router_files, serve_argv, server_env
 from podkit.host.router import port_problems, replicas_of, router_ports, router_problems
 from podkit.keys import ApiKeyError, ensure_key, file_content, key_digest, read_hf_token
 from podkit.paths import EDGE_UNIT_NAME, EDGE_UNIT_PATH, IDLE_UNIT_NAME, IDLE_UNIT_PATH, UNIT_NAME, UNIT_PATH
@@ -190,10 +191,12 @@ if settings.role == "server":
         tools=tools,
         missing_tools=pod.venv.missing_tools(tools),
     )
+    vllm_bin = found.vllm_bin if found else f"{paths.venv}/bin/vllm"
+    device = device_of(pod.gpus)
     files = host_files(
         settings,
         package=package,
-        vllm_bin=found.vllm_bin if found else f"{paths.venv}/bin/vllm",
+        vllm_bin=vllm_bin,
         launch=launch,
         way=way,
         user=pod.user,
@@ -201,6 +204,14 @@ if settings.role == "server":
         host_name=host.name,
         pod_id=host.data.get("runpod_pod_id"),
         cluster=cluster,
+        device=device,
+    )
+    # the KV cache size a ready start measured, for the next start on the same key (CPU build)
+    profile = wait_profile(
+        reuse_key(
+            package, serve_argv(settings, vllm_bin, launch, cluster), server_env(settings, cluster), device, cluster
+        ),
+        paths.profile_record,
     )
 
     # 3. Every cache on the volume, through one env file the launch script sources.
@@ -365,6 +376,7 @@ if settings.role == "server":
             and not restarted
             and not restart_edge,
             pin=way.tls == "internal" and not pod.ca_root,
+            profile=profile,
         )
 
 else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 
@@ -11,7 +12,7 @@ from pyinfra.api import FunctionCommand, operation
 from podkit.client.targets import pin_ca
 from podkit.host.install import install_command
 from podkit.host.probe import VllmInstall, podctl_command
-from podkit.host.readiness import WaitResult, wait_config
+from podkit.host.readiness import UP_STARTED, WaitResult, wait_config
 from podkit.paths import Paths
 from podkit.settings import PackageSpec, Settings
 from podkit.text import clean
@@ -70,12 +71,15 @@ def venv(
     yield install_command(package, paths, recreate=not venv_python_ok, tools=list(tools))
 
 
-def _wait_ready(state, host, settings: Settings, pin: bool = False, window: float = 15.0) -> bool:
+def _wait_ready(
+    state, host, settings: Settings, pin: bool = False, window: float = 15.0, profile: dict | None = None
+) -> bool:
     start = time.monotonic()
+    up_started_at = os.environ.get(UP_STARTED)  # set by podkit up: the start's total runs from there
     while True:
         elapsed = time.monotonic() - start
         remaining = settings.ready_timeout - elapsed
-        cfg = wait_config(settings, window=max(1.0, min(window, remaining)))
+        cfg = wait_config(settings, max(1.0, min(window, remaining)), profile, up_started_at)
         status, output = host.run_shell_command(podctl_command("wait", cfg), print_output=False)
         if not status:
             host.log_styled(
@@ -88,6 +92,8 @@ def _wait_ready(state, host, settings: Settings, pin: bool = False, window: floa
             host.log(f"vLLM answers /health and lists {settings.served_model_name!r} after {elapsed:.0f}s")
             for line in result.start_checked():
                 host.log(clean(line))
+            if result.recorded and result.recorded.get("profile"):
+                host.log(f"recorded this start's KV cache size ({result.recorded['profile']} bytes) for the next start")
             if pin and result.ca_root:
                 host.log(f"pinned the edge's CA certificate: {pin_ca(host.name, result.ca_root)}")
             return True
@@ -100,7 +106,7 @@ def _wait_ready(state, host, settings: Settings, pin: bool = False, window: floa
 
 
 @operation(is_idempotent=False)
-def endpoint(settings: Settings, ready: bool, pin: bool = False):
+def endpoint(settings: Settings, ready: bool, pin: bool = False, profile: dict | None = None):
     """
     Ensure the server answers ``/health`` and lists the served model (with the key), and the
     edge answers ``/health``.
@@ -111,6 +117,7 @@ def endpoint(settings: Settings, ready: bool, pin: bool = False):
     + settings: the host's settings (port, served name, timeout, paths)
     + ready: the probe found the server ready and nothing has been restarted since
     + pin: keep the edge CA's root certificate on the controller once it exists (internal TLS)
+    + profile: what records a ready start's measured KV cache size for the next start (None: nothing)
 
     **Example:**
 
@@ -126,4 +133,4 @@ def endpoint(settings: Settings, ready: bool, pin: bool = False):
             f"vLLM answers and lists {settings.served_model_name!r}, behind the edge on port {settings.edge_port}"
         )
         return
-    yield FunctionCommand(_wait_ready, (settings,), {"pin": pin})
+    yield FunctionCommand(_wait_ready, (settings,), {"pin": pin, "profile": profile})

@@ -73,6 +73,10 @@ class Paths:
     idle_unit_copy = property(lambda self: self._at("bin", IDLE_UNIT_NAME))
     # what the deploy predicted for the server it started: podkit status puts it beside vLLM's log
     plan_file = property(lambda self: self._at("bin", "plan.json"))
+    # the KV cache size a start measured, with its key (read by the launch script: podkit/host/profile.py),
+    # and the last starts, each with its phases (podctl wait appends one when a start passes readiness)
+    profile_record = property(lambda self: self._at("run", "profile"))
+    starts_record = property(lambda self: self._at("run", "starts.jsonl"))
     # a router host: vLLM's router in vLLM's place, and each replica's edge CA certificate (public)
     router_script = property(lambda self: self._at("bin", "router.sh"))
     router_log = property(lambda self: self._at("logs", "router.log"))

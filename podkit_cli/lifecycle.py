@@ -24,6 +24,7 @@ import click
 
 from podkit import PROJECT_ROOT, project_path
 from podkit.host.probe import podctl_command
+from podkit.host.readiness import UP_STARTED
 from podkit.host.shell import RemoteError
 from podkit.host.status import HostStatus, describe, host_status, parse_status, status_config
 from podkit.runpod.pods import PodsError, list_pods, resume_pod, selected, stop_pod
@@ -257,13 +258,15 @@ def resume(select, host_names: tuple[str, ...], wait: float) -> tuple[list[str],
     return up, problems
 
 
-def apply_deploy(inventory: str, names: tuple[str, ...]) -> int:
-    """``pyinfra -y INVENTORY deploy.py`` (limited to ``names``), its output on this terminal."""
+def apply_deploy(inventory: str, names: tuple[str, ...], started: float | None = None) -> int:
+    """``pyinfra -y INVENTORY deploy.py`` (limited to ``names``), its output on this terminal.
+    ``started``: when ``podkit up`` began, so each start's record holds its total from there."""
     pyinfra = Path(sys.executable).parent / "pyinfra"
     argv = [str(pyinfra) if pyinfra.exists() else (shutil.which("pyinfra") or "pyinfra"), "-y", inventory, "deploy.py"]
     for name in names:
         argv += ["--limit", name]
-    return subprocess.run(argv, cwd=PROJECT_ROOT, stdout=sys.stderr, stderr=sys.stderr).returncode
+    env = {**os.environ, UP_STARTED: f"{started:.3f}"} if started else None
+    return subprocess.run(argv, cwd=PROJECT_ROOT, stdout=sys.stderr, stderr=sys.stderr, env=env).returncode
 
 
 @click.command("up")
@@ -285,6 +288,7 @@ def up(inventory, host_names, wait):
     from .client import client_settings, emit_settings
     from .hosts import load_targets
 
+    started = time.time()
     select = pod_selection(inventory)
     problems: list[str] = []
     names = host_names
@@ -295,7 +299,7 @@ def up(inventory, host_names, wait):
             click.echo(line, err=True)
         if not names:
             raise click.ClickException("no pod is running to deploy to")
-    if apply_deploy(inventory, names) != 0:
+    if apply_deploy(inventory, names, started) != 0:
         raise click.ClickException(f"the deploy failed (see above); fix it and run podkit up {inventory} again")
     targets = load_targets(inventory, names) if select is None else quietly(lambda: load_targets(inventory, names))
     emit_settings(client_settings(targets), {t.name: t.key for t in targets}, None, False, False)

@@ -13,6 +13,7 @@ an exit count left from earlier starts or an old line of the log say.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 
 from podkit.host.diagnose import diagnose
@@ -21,10 +22,20 @@ from podkit.host.startup import STARTUP_NEEDLES, compare, parse_startup, row_tex
 from podkit.settings import Settings
 
 CRASH_LIMIT = 2
+#: the environment variable podkit up sets for the deploy: when it began (seconds since the epoch)
+UP_STARTED = "PODKIT_UP_STARTED"
 
 
-def wait_config(settings: Settings, window: float) -> dict:
+def wait_config(settings: Settings, window: float, profile: dict | None = None, up_started_at=None) -> dict:
+    """What ``podctl wait`` reads. ``profile``: the launch script's profile key and the build's
+    patterns for what a start measured (:func:`podkit.host.profile.wait_profile`), recorded once the
+    server is ready; ``up_started_at``: when ``podkit up`` began (the controller's clock), for the
+    start's total."""
     return {
+        "starts_file": settings.paths.starts_record,
+        "profile": profile,
+        "up_started_at": up_started_at,
+        "sent_at": time.time(),
         **server_config(settings),
         "served_model_name": settings.served_model_name,
         "log_file": settings.paths.router_log if settings.role == "router" else settings.paths.log_file,
@@ -52,6 +63,7 @@ class WaitResult:
     ca_root: str | None = None  # the edge CA's root certificate, once Caddy made it
     startup: list[str] = field(default_factory=list)  # a ready server's start lines (STARTUP_NEEDLES)
     plan: dict | None = None  # what the deploy predicted for it (bin/plan.json)
+    recorded: dict | None = None  # what podctl kept of a ready start: {"start": True, "profile": bytes or None}
 
     @classmethod
     def parse(cls, output: str) -> WaitResult:
@@ -72,6 +84,7 @@ class WaitResult:
             ca_root=data.get("ca_root"),
             startup=data.get("startup") or [],
             plan=data.get("plan"),
+            recorded=data.get("recorded"),
         )
 
     def start_checked(self) -> list[str]:

@@ -46,6 +46,7 @@ from podkit import PROJECT_ROOT
 from podkit.client.targets import WayIn, host_address
 from podkit.host.cluster import Cluster
 from podkit.host.probe import edge_files, managed_files, programs_for
+from podkit.host.profile import STARTUP_PLAN_ENV, profile_key, sized_by_settings
 from podkit.host.router import Replica, router_argv
 from podkit.host.startup import plan_record
 from podkit.paths import UNIT_NAME
@@ -262,7 +263,14 @@ class _Renderer:
     def file(self, path: str, template: str, mode: str, **values) -> RenderedFile:
         return RenderedFile(path, self.env.get_template(template).render(**values), mode)
 
-    def launch(self, argv: list[str], package: str, router: bool, cluster: Cluster | None = None) -> RenderedFile:
+    def launch(
+        self,
+        argv: list[str],
+        package: str,
+        router: bool,
+        cluster: Cluster | None = None,
+        profile_key: str | None = None,
+    ) -> RenderedFile:
         s, paths = self.settings, self.paths
         return self.file(
             paths.launch_script,
@@ -283,6 +291,8 @@ class _Renderer:
             cluster=cluster.name if cluster else None,
             rank=cluster.rank if cluster else None,
             roster=cluster.roster() if cluster else [],
+            profile_key=profile_key,
+            profile_file=paths.profile_record,
         )
 
     def edge(self, decodes_on_cpu: bool = False) -> RenderedFile:
@@ -368,29 +378,29 @@ def host_files(
     host_name: str = "",
     pod_id: str | None = None,
     cluster: Cluster | None = None,
+    device: str = "cpu",
 ) -> dict[str, RenderedFile]:
     """Every file podkit writes on one host, keyed by role: the env file, the launch script, the
     edge's script and Caddyfile, the idle watcher and its config, and what supervises them:
     ``supervisord.conf``, or with ``podkit_supervisor = "systemd"`` three units (run as
     ``user``:``group``, the SSH user's). ``pod_id``: the RunPod pod the host is (the watcher
     stops the pod, not the server). ``cluster``: the host is a node of one (a follower gets the
-    env file, the launch script, the plan and vLLM's supervision only: it serves no API)."""
+    env file, the launch script, the plan and vLLM's supervision only: it serves no API).
+    ``device``: the host's GPUs (:func:`podkit.host.profile.device_of`), a measured profile's key."""
     r = _Renderer(settings, templates)
     paths, rendered = settings.paths, r.file
-    # the server reads only what is on the volume: a restart never touches the network; a cluster
-    # node's private address and interface come last (they win over vllm_extra_env's)
-    server_env = {
-        **paths.cache_env(),
-        "HF_HUB_OFFLINE": "1",
-        **settings.extra_env,
-        **(cluster.env() if cluster else {}),
-    }
+    # the server reads only what is on the volume: a restart never touches the network
+    env = server_env(settings, cluster)
     argv = serve_argv(settings, vllm_bin, launch, cluster)
-    follow = {"address": cluster.head, "port": cluster.port} if cluster is not None and not cluster.is_head else None
-    follower = follow is not None
+    # the memory profile reused (podkit/host/profile.py): vLLM's own startup plan where it has one
+    key = reuse_key(package, argv, env, device, cluster)
+    if cluster is None and not package.is_cpu_build and not sized_by_settings(argv, env):
+        env[STARTUP_PLAN_ENV] = "1"
+    follower = cluster is not None and not cluster.is_head
+    follow = {"address": cluster.head, "port": cluster.port} if follower else None
     files = {
-        "env": rendered(paths.env_file, "env.sh.j2", "644", env=server_env),
-        "launch": r.launch(argv, str(package), router=False, cluster=cluster),
+        "env": rendered(paths.env_file, "env.sh.j2", "644", env=env),
+        "launch": r.launch(argv, str(package), router=False, cluster=cluster, profile_key=key),
         "edge": r.edge(decodes_on_cpu=package == settings.vllm_cpu_package),
         "caddyfile": r.caddyfile(way, host_name, hops=[]),
         "idle_script": RenderedFile(paths.idle_script, idle_source(), "644"),
@@ -448,6 +458,25 @@ def host_files(
     names = programs_for(settings, follower=follower)
     files["supervisord"] = r.supervisord([program for program in programs if program["name"] in names])
     return files
+
+
+def reuse_key(package: PackageSpec, argv: list[str], env: dict, device: str, cluster: Cluster | None) -> str | None:
+    """The key of the profile the launch script passes back (podkit's own reuse, for the CPU build,
+    which has no startup plan of its own); None where vLLM measures nothing or keeps its own plan."""
+    if cluster is not None or not package.is_cpu_build or sized_by_settings(argv, env):
+        return None
+    return profile_key(device, str(package), argv[2] if len(argv) > 2 else "", argv[1:])
+
+
+def server_env(settings: Settings, cluster: Cluster | None = None) -> dict[str, str]:
+    """The server's environment: every cache on the volume, offline hub, the user's extra variables;
+    a cluster node's private address and interface come last (they win over vllm_extra_env's)."""
+    return {
+        **settings.paths.cache_env(),
+        "HF_HUB_OFFLINE": "1",
+        **settings.extra_env,
+        **(cluster.env() if cluster else {}),
+    }
 
 
 def idle_source() -> str:

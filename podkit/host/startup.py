@@ -16,6 +16,7 @@ import re
 from datetime import datetime
 from typing import Any
 
+from podkit.host.profile import NEEDLES as PROFILE_NEEDLES
 from podkit.plan.architecture import Architecture
 
 #: Substrings of the log lines worth reading (what ``podctl status`` hands back, and no more).
@@ -39,6 +40,7 @@ STARTUP_NEEDLES = (
     "Starting vLLM server on",  # the last line before it answers: the end of the clock
     "Starting vLLM API server",
     "Application startup complete",
+    *PROFILE_NEEDLES,  # how the KV cache was sized: profiled, a profile reused, or given
 )
 
 #: A predicted figure further than this from the logged one is flagged.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import posixpath
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -37,6 +38,8 @@ def status_config(settings: Settings, name: str) -> dict[str, Any]:
         "idle_config": paths.idle_config,
         "log_file": paths.log_file,
         "startup_needles": list(STARTUP_NEEDLES),
+        "starts_file": paths.starts_record,
+        "startup_plans": posixpath.join(paths.cache_env()["VLLM_CACHE_ROOT"], "startup_plan"),
     }
 
 

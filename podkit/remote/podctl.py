@@ -1177,7 +1177,8 @@ def wait(cfg):
     left from earlier starts is no reason to give up on a server that is still starting). The
     endpoint is asked first: a server that answers is ready, whatever the count or the log say.
     The log tail is the current start's (after the last start marker)."""
-    deadline = time.time() + cfg.get("window", 10)
+    began = time.time()
+    deadline = began + cfg.get("window", 10)
     while True:
         state = endpoint(cfg)
         edge = edge_health(cfg) or {}
@@ -1208,7 +1209,53 @@ def wait(cfg):
         startup=startup_lines(cfg["log_file"], cfg.get("startup_needles") or []) if ready else None,
         plan=read_json_dict(cfg["plan_file"]) if ready and cfg.get("plan_file") else None,
     )
+    if ready and cfg.get("starts_file"):
+        state["recorded"] = record_start(cfg, state["startup"], began)
     return state
+
+
+def record_start(cfg, lines, began):
+    """A start that passed readiness, kept for ``podkit status`` (the last :data:`STARTS_KEPT` in
+    ``starts_file``, one JSON line each; the same start seen again replaces its line), and the KV
+    cache size it measured in ``profile.file`` as ``KEY BYTES WHEN`` for the launch script to pass
+    back (podkit/host/profile.py). ``began``: when this call started, on this host's clock."""
+    now = time.time()
+    entry = {"marker": lines[0] if lines else None, "ready_at": now, "lines": lines[:STARTS_LINES]}
+    if cfg.get("up_started_at") and cfg.get("sent_at"):  # podkit up's start, on the controller's clock
+        entry["up_seconds"] = round(float(cfg["sent_at"]) - float(cfg["up_started_at"]) + (now - began), 1)
+    try:
+        with open(cfg["starts_file"]) as handle:
+            starts = [json.loads(line) for line in handle if line.strip()]
+    except (OSError, ValueError):
+        starts = []
+    if starts and starts[-1].get("marker") == entry["marker"]:
+        entry.setdefault("up_seconds", starts[-1].get("up_seconds"))
+        starts.pop()
+    starts = (starts + [entry])[-STARTS_KEPT:]
+    write_atomically(cfg["starts_file"], "".join(json.dumps(item, sort_keys=True) + "\n" for item in starts))
+    profile = cfg.get("profile") or {}
+    measured = None
+    for pattern, scale in profile.get("measured") or []:
+        values = [float(m.group(1)) for m in (re.search(pattern, line) for line in lines) if m]
+        if values:
+            measured = int(min(values) * scale)
+            break
+    when = (entry["marker"] or "").split(" ", 1)[0]
+    if measured and profile.get("key") and re.match(r"^[0-9TZ:.-]+$", when):
+        write_atomically(profile["file"], "%s %d %s\n" % (profile["key"], measured, when))
+        return {"start": True, "profile": measured}
+    return {"start": True, "profile": None}
+
+
+STARTS_KEPT = 10
+STARTS_LINES = 80
+
+
+def write_atomically(path, text):
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
 
 
 def process_argv(pid):
@@ -1596,7 +1643,29 @@ def status(cfg):
         "stopped": read_json_dict(cfg["stopped_file"]),
         "plan": read_json_dict(cfg["plan_file"]) if cfg.get("plan_file") else None,
         "startup": startup_lines(cfg.get("log_file"), cfg.get("startup_needles") or []),
+        "starts": last_lines_json(cfg.get("starts_file"), 2),
+        "startup_plans": startup_plans(cfg.get("startup_plans")),
     }
+
+
+def last_lines_json(path, count):
+    """The last ``count`` JSON lines of ``path`` (older first); [] when there is none."""
+    try:
+        with open(path or "") as handle:
+            return [json.loads(line) for line in handle.read().splitlines()[-count:] if line.strip()]
+    except (OSError, ValueError):
+        return []
+
+
+def startup_plans(folder):
+    """vLLM's own startup plans (VLLM_ENABLE_STARTUP_PLAN): fingerprint -> when each was saved."""
+    found = {}
+    for path in glob.glob(os.path.join(folder or "/nonexistent", "startup_plan_*.json")):
+        try:
+            found[os.path.basename(path)[len("startup_plan_") : -len(".json")]] = os.path.getmtime(path)
+        except OSError:
+            pass
+    return found
 
 
 def startup_lines(path, needles, most=400):
