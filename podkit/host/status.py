@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from podkit.host.probe import server_config
+from podkit.host.restarts import compare_lines, start_summary
 from podkit.host.startup import STARTUP_NEEDLES, calibration_record, compare, parse_startup, row_text
 from podkit.settings import Settings
 from podkit.text import clean
@@ -67,6 +68,8 @@ class HostStatus:
     read_host: bool = False  # the host itself was read (podctl status), not only the RunPod API
     #: the last start: {"at", "logged": what vLLM logged, "compare": predicted vs logged, "record": a reference case}
     last_start: dict[str, Any] | None = None
+    #: the last two starts that passed readiness, older first: {"at", "phases", "profile", "kv_bytes"}
+    starts: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -276,6 +279,10 @@ def _from_host(status: HostStatus, remote: dict[str, Any], bare_metal: bool, now
         status.last_start = last_start(status.host, remote.get("plan") or {}, remote.get("startup") or [])
     except (TypeError, ValueError, AttributeError, KeyError, OverflowError, ZeroDivisionError) as exc:
         status.notes.append(f"ignored the last start: {HOST_FILES['plan']} or the log is malformed ({exc})")
+    try:  # run/starts.jsonl is the host's too
+        status.starts = [start_summary(entry, remote.get("startup_plans")) for entry in remote.get("starts") or []]
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
+        status.notes.append(f"ignored the kept starts: run/starts.jsonl is malformed ({exc})")
     if bare_metal:
         boot = remote.get("boot_at")
         if status.usd_per_hour is not None and boot:
@@ -357,6 +364,8 @@ def describe(status: HostStatus, inventory: str) -> list[str]:
             )
         elif not status.idle_stop_minutes:
             lines.append("  idle stop: off (podkit_idle_stop_minutes = 0)")
+    if status.starts and status.read_host:
+        lines += compare_lines(status.starts)
     if status.last_start and status.read_host:
         lines += _start_lines(status.last_start)
     if status.stopped:

@@ -81,7 +81,7 @@ def test_launch_sh_writes_the_start_line_podctl_looks_for():
     from podkit.remote import podctl
 
     launch = (Path(__file__).resolve().parents[2] / "templates" / "launch.sh.j2").read_text()
-    assert f' {podctl.START_MARKERS[0]} (local time ' in launch  # the host's UTC offset follows
+    assert f" {podctl.START_MARKERS[0]} (local time " in launch  # the host's UTC offset follows
 
 
 def test_a_failure_before_the_last_start_is_not_blamed():
