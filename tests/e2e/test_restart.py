@@ -58,7 +58,7 @@ def test_a_measured_kv_cache_is_reused_by_the_next_start_and_status_says_so(serv
     start = pod.log().rsplit("podkit: starting vLLM", 1)[1]
     assert f"podkit: profile reused from {when}: --kv-cache-memory-bytes {size}" in start
     assert "Explicitly set (" in start and "Auto set (" not in start
-    last, before = status_row(pod)["starts"]
+    before, last = status_row(pod)["starts"]  # older first
     assert last["profile"] == f"reused profile from {when} (podkit)" and before["profile"] == "profiled"
     assert {"process", "load", "profile_kv_warmup", "api", "ready"} <= set(last["phases"])
     assert profile.read_text().split() == [key, size, when], "a reused size is kept as it was measured"
