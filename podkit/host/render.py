@@ -397,7 +397,7 @@ def host_files(
     if cluster is None and not package.is_cpu_build and not sized_by_settings(argv, env):
         env[STARTUP_PLAN_ENV] = "1"
     follower = cluster is not None and not cluster.is_head
-    follow = {"address": cluster.head, "port": cluster.port} if follower else None
+    follow = {"address": cluster.head, "port": cluster.port} if cluster is not None and follower else None
     files = {
         "env": rendered(paths.env_file, "env.sh.j2", "644", env=env),
         "launch": r.launch(argv, str(package), router=False, cluster=cluster, profile_key=key),
