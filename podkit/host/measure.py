@@ -171,7 +171,7 @@ def read_measurement(host: str, answer: dict[str, Any], record: dict[str, Any]) 
         reason = f"vLLM did not start within {answer.get('seconds', 0):.0f} s (podkit_ready_timeout)"
     else:
         reason = vllm_reason(answer.get("errors") or [], answer.get("tail") or [])
-    case = calibration_record(host, record, logged, when)
+    case = calibration_record(host, record, logged, when, (answer.get("lines") or []) + (answer.get("errors") or []))
     case["id"] = f"{host}-measured-{when}"
     case["source"] = f"podkit plan --measure on {host} ({when}, --load-format dummy)"
     case["fits"] = started

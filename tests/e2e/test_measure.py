@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from podkit import PROJECT_ROOT
+from podkit.host.measure import vllm_reason
+from podkit.remote import measure as remote
 
 pytestmark = pytest.mark.e2e
 
@@ -127,3 +129,21 @@ def test_a_context_the_kv_cache_cannot_hold_does_not_fit_in_vllms_words(serving,
     assert found["reference_case"]["logged"]["error"] == found["reason"]
     assert weight_gets(hub) == []
     assert not (pod.podkit / "cache" / "huggingface" / "hub" / "models--acme--tiny-qwen3").exists()
+
+
+def test_the_host_side_program_reports_a_start_and_a_failure(tmp_path):
+    lines = "print('INFO 11-26 12:00:00 CPU KV cache size: 1,024 tokens'); print('Application startup complete.')"
+    cfg = {
+        "model": "/m",
+        "tmp_dir": str(tmp_path / "tmp"),
+        "log_file": str(tmp_path / "vllm.log"),
+        "needles": ["KV cache size"],
+        "timeout": 60,
+        "argv": [sys.executable, "-c", lines + "; import time; time.sleep(60)", "{model}", "{port}"],
+    }
+    started = remote.main(cfg)
+    assert started["started"] is True and started["lines"] == ["INFO 11-26 12:00:00 CPU KV cache size: 1,024 tokens"]
+    cfg["argv"] = [sys.executable, "-c", "raise ValueError('the KV cache cannot hold 65536 tokens')"]
+    failed = remote.main(cfg)
+    assert failed["started"] is False and failed["exit"] == 1
+    assert vllm_reason(failed["errors"], failed["tail"]) == "ValueError: the KV cache cannot hold 65536 tokens"
