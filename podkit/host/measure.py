@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from podkit.host.startup import STARTUP_NEEDLES, calibration_record, compare, parse_startup, plan_record, row_text
-from podkit.settings import Paths
 
 _HEREDOC = "PODKIT_MEASURE_EOF"
 
@@ -50,11 +49,6 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt")
 
 #: The exception line a failed start ends with (``(EngineCore_DP0 pid=1) ValueError: To serve ...``).
 _EXCEPTION = re.compile(r"\b((?:\w+\.)*\w*(?:Error|Exception)): (.+)$")
-
-
-def scratch(paths: Paths) -> str:
-    """The measurement's own folder on the volume, apart from everything the server uses."""
-    return f"{paths.root}/measure"
 
 
 def measure_argv(serve: list[str]) -> list[str]:
@@ -90,7 +84,7 @@ def measure_config(
     from podkit.host.render import serve_argv
 
     paths = settings.paths
-    folder = scratch(paths)
+    folder = paths.measure  # its own folder, apart from everything the server uses
     fetch = launch.fetch
     return {
         "model": launch.model,
@@ -109,6 +103,38 @@ def measure_config(
         "key": key,
         "record": f"{folder}/measured.json" if keep else None,
     }
+
+
+def hardware_key(state) -> list[list[Any]]:
+    """The GPUs a measurement ran on, as the probe saw them: name and memory of each."""
+    return [[gpu.name, gpu.memory_mib] for gpu in state.gpus]
+
+
+def deploy_step(settings, launch, state, vllm_bin: str) -> dict[str, Any]:
+    """What the deploy does about measuring (``podkit_plan_measure``), decided from the probe alone:
+
+    - ``skip``: not asked, the checkpoint is on the volume already, or a folder on the host;
+    - ``recorded``: this very start (same key) was measured before: its outcome stands;
+    - ``measure``: a new checkpoint, or flags, GPUs or vLLM that changed: start it once (``cfg``);
+    - on GPUs whose memory the running server holds, ``skip`` with a note saying how to measure.
+    """
+    if not settings.plan_measure or launch.fetch is None or launch.fetched or launch.problems:
+        return {"action": "skip", "why": None}
+    version = launch.plan.vllm_version if launch.plan is not None else None
+    checkpoint = f"{launch.fetch.repo}@{launch.fetch.revision}"
+    cfg = measure_config(settings, launch, vllm_bin, keep=True)
+    key = measurement_key({"gpus": hardware_key(state)}, version or "", checkpoint, cfg["argv"])
+    cfg["key"] = key
+    recorded = state.measured or {}
+    if recorded.get("key") == key and isinstance(recorded.get("result"), dict):
+        return {"action": "recorded", "why": None, "result": recorded["result"], "key": key}
+    if state.has_gpus and state.server_pid:
+        return {
+            "action": "skip",
+            "why": f"not measured: the running server (pid {state.server_pid}) holds the GPUs' memory; "
+            f"measure first with podkit plan --measure INVENTORY --stop-server {settings.model}",
+        }
+    return {"action": "measure", "why": None, "cfg": cfg, "key": key}
 
 
 def measure_command(cfg: dict[str, Any], python: str, endpoint: str | None) -> str:

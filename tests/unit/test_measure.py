@@ -190,3 +190,96 @@ def test_the_host_side_fetch_takes_config_and_tokenizer_only(tmp_path):
     assert fetched == ["config.json", "tokenizer.json", "tokenizer_config.json"]
     assert not any(path.endswith(".safetensors") for path in gets)
     assert Path(snapshot, "config.json").is_file() and not list(Path(snapshot).glob("*.safetensors"))
+
+
+def _deploy(measure=True, gpus=(), server_pid=None, measured=None, fetched=False, extra_args=()):
+    from types import SimpleNamespace
+
+    from podkit.host.fetch import FetchSpec
+    from podkit.host.probe import Gpu
+    from podkit.plan.hostplan import HostPlan
+    from podkit.settings import Settings, defaults
+
+    settings = Settings.from_mapping(
+        dict(defaults(), vllm_model="acme/M-7B", podkit_plan_measure=measure, vllm_extra_args=list(extra_args))
+    )
+    spec = FetchSpec("acme/M-7B", "acme/M-7B", "a" * 40, ("config.json", "model.safetensors"), 10)
+    launch = HostPlan(
+        model=spec.snapshot(settings.paths),
+        max_model_len=8192,
+        tensor_parallel_size=1,
+        tool_call_parser="hermes",
+        reasoning_parser=None,
+        fetch=spec,
+        fetched=fetched,
+    )
+    state = SimpleNamespace(
+        gpus=[Gpu(i, "NVIDIA H100 80GB HBM3", 81559, "9.0") for i in range(len(gpus))],
+        has_gpus=bool(gpus),
+        server_pid=server_pid,
+        measured=measured,
+    )
+    return settings, launch, state
+
+
+def test_the_deploy_measures_a_new_checkpoint_once_and_keeps_the_outcome_with_its_key():
+    from podkit.host.measure import deploy_step
+
+    step = deploy_step(*_deploy(gpus=[0]), "/v/bin/vllm")
+    assert step["action"] == "measure"
+    cfg = step["cfg"]
+    assert cfg["repo"] == "acme/M-7B" and cfg["revision"] == "a" * 40 and cfg["key"] == step["key"]
+    assert cfg["record"].endswith("/podkit/measure/measured.json") and cfg["argv"][-2:] == ["--load-format", "dummy"]
+    assert cfg["scratch_hub"] != _deploy()[0].paths.hub_cache  # never the cache the server uses
+    again = deploy_step(*_deploy(gpus=[0], measured={"key": step["key"], "result": {"started": True}}), "/v/bin/vllm")
+    assert again["action"] == "recorded" and again["result"]["started"] is True
+    # other flags are another start: measured again
+    other = deploy_step(
+        *_deploy(gpus=[0], measured={"key": step["key"], "result": {}}, extra_args=["--max-num-seqs", "64"]),
+        "/v/bin/vllm",
+    )
+    assert other["action"] == "measure" and other["key"] != step["key"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, why",
+    [
+        ({"measure": False}, None),
+        ({"fetched": True}, None),
+        ({"gpus": [0], "server_pid": 4242}, "the running server (pid 4242) holds the GPUs' memory"),
+    ],
+)
+def test_the_deploy_does_not_measure(kwargs, why):
+    from podkit.host.measure import deploy_step
+
+    step = deploy_step(*_deploy(**kwargs), "/v/bin/vllm")
+    assert step["action"] == "skip"
+    assert (step["why"] is None) if why is None else (why in step["why"] and "--stop-server" in step["why"])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["acme/M", "--host", "box"], "--host and --stop-server go with --measure INVENTORY"),
+        (["acme/M", "--stop-server"], "--host and --stop-server go with --measure INVENTORY"),
+        (["acme/M", "--measure", "inventories/sandbox.py", "--gpu", "H100"], "leave out --gpu and --gpu-memory-gib"),
+    ],
+)
+def test_measure_options_are_refused_out_of_place(args, message):
+    from click.testing import CliRunner
+
+    from podkit_cli import cli
+
+    result = CliRunner().invoke(cli, ["plan", *args])
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_the_hosts_own_server_on_gpus_refuses_a_measurement_unless_it_may_be_stopped():
+    from podkit_cli.measure import server_refusal
+
+    settings, _, state = _deploy(gpus=[0], server_pid=4242)
+    said = server_refusal("gpu-box", settings, state, stop_server=False)
+    assert said.startswith("gpu-box: the host's own vLLM (pid 4242) holds vllm_gpu_memory_utilization 0.9")
+    assert "--stop-server" in said
+    assert server_refusal("gpu-box", settings, state, stop_server=True) is None
+    assert server_refusal("cpu-box", *_deploy(server_pid=4242)[::2], stop_server=False) is None
