@@ -125,7 +125,8 @@ def plan(
         raise click.BadParameter("--host and --stop-server go with --measure INVENTORY")
     from podkit.plan.checkpoints import ModelError, find_fp8_alternative, from_directory, from_hub, is_local
     from podkit.plan.families import UnknownFamily, family_for
-    from podkit.plan.memory import GIB, Hardware, PlanError, gpu_by_name, make_plan
+    from podkit.plan.memory import GIB, Hardware, PlanError, gpu_by_name
+    from podkit.plan.serverplan import make_plan
 
     if bool(gpu_name) == bool(gpu_memory_gib):
         raise click.BadParameter("give exactly one of --gpu NAME or --gpu-memory-gib GIB")
