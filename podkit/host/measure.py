@@ -48,6 +48,7 @@ METADATA_PATTERNS = (
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt")
 
 #: The exception line a failed start ends with (``(EngineCore_DP0 pid=1) ValueError: To serve ...``).
+_WRAPPERS = ("See root cause above", "Engine core initialization failed")
 _EXCEPTION = re.compile(r"\b((?:\w+\.)*\w*(?:Error|Exception)): (.+)$")
 
 
@@ -165,10 +166,11 @@ def vllm_reason(errors: list[str], tail: list[str] = ()) -> str:
     """Why vLLM did not start, in its own words: the last exception line it printed (the KV cache
     it would need and the longest context that fits; the memory a warm-up asked for), else the last
     error line, else the last line."""
-    for line in reversed(list(errors)):
-        match = _EXCEPTION.search(line)
-        if match:
-            return f"{match.group(1)}: {match.group(2).strip()}"
+    found = [match for match in map(_EXCEPTION.search, errors) if match]
+    # the engine's wrapper ("Engine core initialization failed. See root cause above.") names no cause
+    causes = [match for match in found if not any(wrapper in match.group(2) for wrapper in _WRAPPERS)]
+    for match in reversed(causes or found):
+        return f"{match.group(1)}: {match.group(2).strip()}"
     for line in reversed(list(errors) or list(tail)):
         if line.strip():
             return line.strip()

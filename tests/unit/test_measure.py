@@ -79,6 +79,15 @@ KV_FAILURE = (
             KV_FAILURE[KV_FAILURE.index("ValueError") :],
         ),
         (
+            [
+                KV_FAILURE,
+                "(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. "
+                "Failed core proc(s): {}",
+            ],
+            [],
+            KV_FAILURE[KV_FAILURE.index("ValueError") :],
+        ),
+        (
             ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 594.00 MiB. (while warming up sampler)"],
             [],
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 594.00 MiB. (while warming up sampler)",
