@@ -21,6 +21,7 @@ from podkit.host.probe import ProbeError, parse_probe, podctl_command, probe_con
 from podkit.host.shell import RemoteError
 from podkit.host.startup import plan_record
 from podkit.settings import Settings, SettingsError
+from podkit_cli.output import dumps
 
 #: where ``plan --measure --json`` and ``status --json`` keep each start as a reference case
 CALIBRATION = "calibration"
@@ -136,5 +137,5 @@ def run_measure(inventory: str, host_names: tuple[str, ...], model: str, overrid
             for line in report_lines(measured):
                 click.echo(line)
     if as_json:
-        click.echo(json.dumps(results, indent=2, sort_keys=True))
+        click.echo(dumps(results))
     sys.exit(0 if all(m["fits"] for m in results) else 1)
