@@ -29,6 +29,7 @@ from operations import checkpoint, facts, interrupt, preflight, router, supervis
 from podkit import project_path
 from podkit.client.targets import pin_ca, record_role, way_in
 from podkit.host.cluster import Member, cluster_of
+from podkit.host.measure import deploy_step
 from podkit.host.preflight import choose_vllm, host_problems
 from podkit.host.probe import (
     ROUTER_PROGRAMS,
@@ -42,6 +43,7 @@ from podkit.host.probe import (
 from podkit.host.profile import device_of, wait_profile
 from podkit.host.render import edge_problems, host_files, reuse_key, router_files, serve_argv, server_env
 from podkit.host.router import port_problems, replicas_of, router_ports, router_problems
+from podkit.host.startup import plan_record
 from podkit.keys import ApiKeyError, ensure_key, file_content, key_digest, read_hf_token
 from podkit.paths import EDGE_UNIT_NAME, EDGE_UNIT_PATH, IDLE_UNIT_NAME, IDLE_UNIT_PATH, UNIT_NAME, UNIT_PATH
 from podkit.plan.checkpoints import from_hub
@@ -219,6 +221,18 @@ if settings.role == "server":
 
     # 4. One API key: the controller's file is the source (read above); the host gets a 0600 copy.
     the_secret("API key", paths.api_key, key)
+
+    # 4b. With podkit_plan_measure: vLLM itself starts once with these flags and random weights
+    #     (config and tokenizer only) before the first download of a new checkpoint.
+    measure_step = deploy_step(settings, launch, pod, found.vllm_bin if found else f"{paths.venv}/bin/vllm")
+    if settings.plan_measure:
+        preflight.measured(
+            name="Ensure vLLM starts with these flags on this host (measured with random weights) before the download",
+            step=measure_step,
+            python=found.python if found else f"{paths.venv}/bin/python",
+            endpoint=os.environ.get("HF_ENDPOINT"),
+            record=plan_record(settings, launch),
+        )
 
     # 5. The checkpoint: a clean hub cache, then the planned snapshot in it (fetched on the host).
     if hf_token:

@@ -35,3 +35,66 @@ def checks(problems: list[str], summary: str = ""):
         host.noop(summary or "python3, the volume, the port and the GPUs are usable")
         return
     yield FunctionCommand(_refuse, (problems,), {})
+
+
+def _measure(state, host, cfg: dict, python: str, endpoint: str | None, record: dict) -> bool:
+    from podkit.host.measure import measure_command, parse_answer, read_measurement, report_lines
+
+    status, output = host.run_shell_command(measure_command(cfg, python, endpoint), print_output=False)
+    found = read_measurement(host.name, parse_answer("\n".join(output.stdout_lines + output.stderr_lines)), record)
+    lines = report_lines(found)
+    if found["fits"]:
+        for line in lines:
+            host.log(line)
+        return True
+    host.log_styled(
+        f"preflight: vLLM did not start with these flags: {found['reason']}", fg="red", log_func=logger.error
+    )
+    for line in lines[1:]:
+        host.log(line, log_func=logger.error)
+    return False
+
+
+def _recorded(state, host, reason: str) -> bool:
+    host.log_styled(
+        f"preflight: measured before, vLLM did not start with these flags: {reason}", fg="red", log_func=logger.error
+    )
+    return False
+
+
+@operation(is_idempotent=False)
+def measured(step: dict, python: str, endpoint: str | None, record: dict):
+    """
+    Ensure vLLM starts with the served flags on this host, measured with random weights before the download.
+
+    One ``vllm serve --load-format dummy`` start from the checkpoint's config and tokenizer
+    (``podkit_plan_measure``); its outcome is kept on the host with the key it depends on, so the
+    same start is not measured twice. A start that fails stops the host with vLLM's own reason.
+
+    + step: :func:`podkit.host.measure.deploy_step`'s decision (skip, recorded, measure)
+    + python: the interpreter that has the host's vLLM
+    + endpoint: ``HF_ENDPOINT`` for the host, or None for the hub
+    + record: what the analytic plan predicted (``plan_record``), shown beside the measurement
+
+    **Example:**
+
+    .. code:: python
+
+        preflight.measured(
+            name="Ensure vLLM starts with these flags before the download",
+            step=deploy_step(settings, launch, pod, vllm_bin), python=python, endpoint=None, record=record,
+        )
+    """
+    if step["action"] == "skip":
+        host.noop(step["why"] or "no measurement asked for, or the checkpoint is on the volume already")
+        return
+    if step["action"] == "recorded":
+        result = step["result"]
+        if result.get("started"):
+            host.noop(f"measured before with these flags (key {step['key']}): vLLM started")
+            return
+        from podkit.host.measure import vllm_reason
+
+        yield FunctionCommand(_recorded, (vllm_reason(result.get("errors") or [], result.get("tail") or []),), {})
+        return
+    yield FunctionCommand(_measure, (step["cfg"], python, endpoint, record), {})

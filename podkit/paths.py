@@ -54,6 +54,8 @@ class Paths:
         lambda self: self._at("bin", "runner.sh")
     )  # podkit's own runner, before supervisord
     run = property(lambda self: self._at("run"))
+    # a measured start's scratch folder (config and tokenizer only, its log, its last outcome)
+    measure = property(lambda self: self._at("measure"))
     logs = property(lambda self: self._at("logs"))
     log_file = property(lambda self: self._at("logs", "vllm.log"))
     fetch_log = property(lambda self: self._at("logs", "fetch.log"))

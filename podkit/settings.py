@@ -129,6 +129,16 @@ class Settings:
         "serve an FP8 sibling of a BF16 model (found on the hub, confirmed by its config) "
         "on GPUs with FP8 support (8.9+)",
     )
+    # vLLM itself says whether the served flags fit: a start with --load-format dummy (random
+    # weights) needs only the checkpoint's config and tokenizer. Costs one start before the first
+    # download of a new checkpoint; kept on the host, so a re-apply does not measure again.
+    plan_measure: bool = setting(
+        "podkit_plan_measure",
+        False,
+        checks.flag,
+        "before the first download of a new checkpoint, start vLLM with random weights "
+        "(`--load-format dummy`) to measure whether it fits; stop the host with vLLM's own reason if not",
+    )
     # --- The API key ---
     # The one key that the server and every client command use. Made on first apply unless
     # $PODKIT_API_KEY supplies one. Rotate: podkit key rotate, then re-apply.

@@ -140,6 +140,15 @@ def status(inventory, host_names, as_json):
     podkit status inventories/baremetal.py --host gpu-box-1 --json
     """
     found = statuses(inventory, host_names)
+    if as_json:  # each start read becomes a reference case for the plan's calibration
+        from podkit import state_dir
+        from podkit.host.measure import keep_case
+        from podkit_cli.measure import CALIBRATION
+
+        for row in found:
+            case = (row.last_start or {}).get("record")
+            if case and case.get("logged", {}).get("kv_cache_tokens") is not None:
+                row.last_start["record_file"] = str(keep_case(case, state_dir() / CALIBRATION))
 
     def human(rows):
         for row in rows:

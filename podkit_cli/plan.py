@@ -58,6 +58,19 @@ def _version(ctx, param, value):
     callback=_version,
     help="The vLLM the host runs: its overheads and parsers differ by version (the deploy uses the host's).",
 )
+@click.option(
+    "--measure",
+    "inventory",
+    metavar="INVENTORY",
+    help="Measure on the inventory's hosts instead: vLLM started with random weights (--load-format dummy) "
+    "and the host's flags, from the config and tokenizer alone.",
+)
+@click.option("--host", "host_names", multiple=True, help="With --measure: only this host (repeatable).")
+@click.option(
+    "--stop-server",
+    is_flag=True,
+    help="With --measure on GPUs: stop the host's own server for the measurement, then start it again.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as one JSON object.")
 def plan(
     model,
@@ -73,6 +86,9 @@ def plan(
     disk_free_gib,
     no_fp8_search,
     vllm_version,
+    inventory,
+    host_names,
+    stop_server,
     as_json,
 ):
     """Will MODEL and its context fit, before anything is downloaded?
@@ -85,10 +101,32 @@ def plan(
     podkit plan Qwen/Qwen3-Coder-30B-A3B-Instruct --gpu H100 --max-model-len 65536
     podkit plan meta-llama/Llama-3.1-8B-Instruct --gpu L4 --disk-free-gib 20 --json
     podkit plan deepseek-ai/DeepSeek-V2-Lite --gpu L4 --gpus 4 --tensor-parallel-size 2 --pipeline-parallel-size 2
+
+    With --measure INVENTORY the host answers instead: its own vLLM starts once with the
+    flags the deploy would serve MODEL with (the inventory's data; --max-model-len overrides
+    the context) and random weights, after fetching only the config and tokenizer into a
+    scratch folder on the volume, under the deploy lock; it reports measured against
+    predicted (with --json it also keeps the start as a reference case in
+    .podkit/calibration/). Exit 0 when vLLM started, 1 when it did not (its reason shown).
+
+    \b
+    podkit plan --measure inventories/mine.py --host gpu-box Qwen/Qwen3-8B --max-model-len 32768
     """
+    if inventory:
+        from podkit_cli.measure import run_measure
+
+        if gpu_name or gpu_memory_gib:
+            raise click.BadParameter("--measure reads the host's own GPUs: leave out --gpu and --gpu-memory-gib")
+
+        given = click.get_current_context().get_parameter_source("max_model_len").name != "DEFAULT"
+        overrides = {"vllm_max_model_len": max_model_len} if given else {}
+        run_measure(inventory, host_names, model, overrides, stop_server, as_json)
+    if host_names or stop_server:
+        raise click.BadParameter("--host and --stop-server go with --measure INVENTORY")
     from podkit.plan.checkpoints import ModelError, find_fp8_alternative, from_directory, from_hub, is_local
     from podkit.plan.families import UnknownFamily, family_for
-    from podkit.plan.memory import GIB, Hardware, PlanError, gpu_by_name, make_plan
+    from podkit.plan.memory import GIB, Hardware, PlanError, gpu_by_name
+    from podkit.plan.serverplan import make_plan
 
     if bool(gpu_name) == bool(gpu_memory_gib):
         raise click.BadParameter("give exactly one of --gpu NAME or --gpu-memory-gib GIB")

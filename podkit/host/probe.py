@@ -128,6 +128,7 @@ def probe_config(
         + list(extra_files),
         "dirs": sorted(paths.directories(router=settings.role == "router")),
         "model_dir": model if local else None,
+        "measured": f"{paths.measure}/measured.json",
         **({"extra_ports": sorted(extra_ports)} if extra_ports else {}),
         # a cluster's node: how it reaches the head (the Instant Cluster variables stand in for data)
         **({"cluster": {"head": settings.cluster_head, "port": settings.cluster_port}} if settings.cluster else {}),
@@ -302,6 +303,8 @@ class HostState:
     orphans: list[dict[str, Any]] = field(default_factory=list)
     #: the deploy lock: {"state": "acquired" | "ours" | "held" | "off", "path", ...}; None when not asked for
     lock: dict[str, Any] | None = None
+    #: the last measured start on this volume (podkit_plan_measure): {"key", "at", "result"}
+    measured: dict[str, Any] | None = None
     #: {program: state} as supervisord (RUNNING, FATAL, ...) or systemd (ACTIVE, FAILED, ...) says
     programs: dict[str, str] = field(default_factory=dict)
     edge_pid: int | None = None
@@ -488,6 +491,7 @@ def parse_probe(output: str) -> HostState:
         endpoint=data["endpoint"],
         model_dir=data.get("model_dir"),
         checkpoint=data.get("checkpoint"),
+        measured=data.get("measured"),
         cache_problems=data.get("cache_problems") or [],
         fetch_running=bool(data.get("fetch_running")),
         hub_repos=data.get("hub_repos") or {},

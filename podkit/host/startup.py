@@ -159,10 +159,31 @@ def row_text(row: dict[str, Any]) -> str:
     return f"{row['figure']}: predicted {row['predicted']:g}, logged {row['logged']:g} ({row['gap'] * 100:+.1f}%){flag}"
 
 
-def calibration_record(host: str, plan: dict[str, Any], logged: dict[str, Any], when: str) -> dict[str, Any]:
+def _kind(config: dict[str, Any] | None) -> str | None:
+    try:
+        arch = Architecture.from_config(config or {})
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    return "moe" if arch.is_moe and arch.kind == "standard" else arch.kind
+
+
+def calibration_record(
+    host: str, plan: dict[str, Any], logged: dict[str, Any], when: str, lines: list[str] = ()
+) -> dict[str, Any]:
     """One start as a reference case (the format of tests/fixtures/kv_reference_cases.json), with
-    the prediction beside it. ``plan``: what the deploy recorded in bin/plan.json."""
+    the prediction beside it. ``plan``: what the deploy recorded in bin/plan.json; ``lines``: the
+    start lines it was read from (the case's excerpt)."""
+    config = plan.get("config") or {}
+    quantization = config.get("quantization_config")
     return {
+        "kind": _kind(config),
+        "dtype": config.get("torch_dtype") or config.get("dtype"),
+        "quantization": quantization.get("quant_method") if isinstance(quantization, dict) else None,
+        "nodes": 1,
+        "fits": logged.get("kv_cache_tokens") is not None,
+        "excerpt": "\n".join(lines),
+        "notes": f"recorded by podkit on {host}",
+        "check": {},
         "id": f"{host}-{when}",
         "source": f"podkit status of {host} ({when})",
         "vllm_version": logged.get("vllm_version") or plan.get("vllm_version"),
@@ -237,6 +258,8 @@ def plan_record(settings, launch) -> dict[str, Any]:
 #: what a reference case keeps of a model's config.json
 CONFIG_KEYS = (
     "architectures",
+    "torch_dtype",
+    "quantization_config",
     "model_type",
     "num_hidden_layers",
     "num_attention_heads",

@@ -305,7 +305,7 @@ def last_start(host: str, plan: dict[str, Any], lines: list[str]) -> dict[str, A
         "at": when,
         "logged": logged,
         "compare": compare(plan.get("predicted") or {}, logged),
-        "record": calibration_record(host, plan, logged, when),
+        "record": calibration_record(host, plan, logged, when, lines),
     }
 
 

@@ -26,8 +26,9 @@ from podkit.plan.architecture import Architecture
 from podkit.plan.checkpoints import Checkpoint, ModelError, find_fp8_alternative, from_hub, from_probe, max_positions
 from podkit.plan.families import Family, UnknownFamily, family_for
 from podkit.plan.gpus import Hardware, PlanError, gpu_by_name
-from podkit.plan.memory import Plan, make_plan, stage_layers, stage_weights_gib
+from podkit.plan.memory import stage_layers, stage_weights_gib
 from podkit.plan.parsers import parser_problem, plugin_flag
+from podkit.plan.serverplan import Plan, make_plan
 from podkit.settings import Settings
 
 AUTO = "auto"

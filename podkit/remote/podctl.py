@@ -1158,6 +1158,8 @@ def probe(cfg):
         "ca_root": read_text(cfg["ca_root"]) if cfg.get("ca_root") else None,
         "model_dir": model_dir(cfg.get("model_dir")),
         "checkpoint": recorded_checkpoint(cfg),
+        # the last measured start (``podkit_plan_measure``): its key and outcome
+        "measured": read_json_dict(cfg["measured"]) if cfg.get("measured") else None,
         "cache_problems": cache_problems(cfg.get("hub_cache")),
         "fetch_running": bool(fetch_running(cfg)),
         "hub_repos": repo_sizes(cfg.get("hub_cache")),

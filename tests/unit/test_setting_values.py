@@ -39,7 +39,12 @@ def refusal(key, value) -> str:
 def test_the_lists_are_derived_from_the_declarations():
     names = {s.name for s in NUMERIC}
     assert {"podkit_edge_port", "podkit_idle_stop_minutes", "podkit_usd_per_hour", "vllm_max_model_len"} <= names
-    assert {s.name for s in FLAGS} == {"podkit_use_system_vllm", "podkit_prefer_fp8", "podkit_public"}
+    assert {s.name for s in FLAGS} == {
+        "podkit_use_system_vllm",
+        "podkit_prefer_fp8",
+        "podkit_plan_measure",
+        "podkit_public",
+    }
 
 
 @pytest.mark.parametrize("value", HOSTILE_NUMBERS, ids=lambda v: repr(v)[:12])
