@@ -17,6 +17,7 @@ import json
 import re
 import shlex
 import time
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -162,7 +163,7 @@ def parse_answer(output: str) -> dict[str, Any]:
     return {"error": f"the measurement printed no JSON: {output.strip()[-300:]!r}"}
 
 
-def vllm_reason(errors: list[str], tail: list[str] = ()) -> str:
+def vllm_reason(errors: list[str], tail: Sequence[str] = ()) -> str:
     """Why vLLM did not start, in its own words: the last exception line it printed (the KV cache
     it would need and the longest context that fits; the memory a warm-up asked for), else the last
     error line, else the last line."""

@@ -13,6 +13,7 @@ reference cases. Pure: tests feed it recorded log lines.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -168,7 +169,7 @@ def _kind(config: dict[str, Any] | None) -> str | None:
 
 
 def calibration_record(
-    host: str, plan: dict[str, Any], logged: dict[str, Any], when: str, lines: list[str] = ()
+    host: str, plan: dict[str, Any], logged: dict[str, Any], when: str, lines: Sequence[str] = ()
 ) -> dict[str, Any]:
     """One start as a reference case (the format of tests/fixtures/kv_reference_cases.json), with
     the prediction beside it. ``plan``: what the deploy recorded in bin/plan.json; ``lines``: the
