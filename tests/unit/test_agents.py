@@ -9,11 +9,8 @@ agent publishes a schema, the keys we write are checked against the facts vendor
 
 from __future__ import annotations
 
-import ast
 import json
-import os
 import shlex
-import subprocess
 import tomllib
 from pathlib import Path
 
@@ -24,9 +21,11 @@ from podkit.client.agents import AGENTS, agent, setups
 from podkit.client.agents.base import guide
 from podkit.client.agents.docs import EXAMPLE
 from podkit.client.connect import ClientSettings, ConnectError, output_limit
+from podkit.text import clean
+from tests.helpers import bash_env as evaluated
+from tests.helpers import parse_config as parse
 
 SENTINEL = "sentinel-" + "5f0c" * 8  # the key: never in a rendered file, argv or note
-ROOT = Path(__file__).resolve().parents[2]
 NEW = ["codex", "opencode", "continue", "aider", "qwen", "goose", "mini-swe-agent", "claude"]
 
 
@@ -152,27 +151,6 @@ def expand(value, v: dict):
     return value
 
 
-def parse(path: str, content: str):
-    """``content`` read by its format's own parser (TOML, JSON, YAML, Python)."""
-    if path.endswith(".toml"):
-        return tomllib.loads(content)
-    if path.endswith(".json"):
-        return json.loads(content)
-    if path.endswith((".yaml", ".yml")):
-        return yaml.safe_load(content)
-    if path.endswith(".py"):
-        return ast.parse(content)
-    raise AssertionError(f"no parser for {path}")
-
-
-def evaluated(exports: str) -> dict[str, str]:
-    """The environment after bash runs ``exports`` (from an empty one)."""
-    out = subprocess.run(
-        ["bash", "-c", exports + "\nenv -0"], capture_output=True, check=True, env={"PATH": os.environ["PATH"]}
-    ).stdout
-    return dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
-
-
 def dig(document, path, v):
     for step in path:
         document = document[expand(step, v)]
@@ -197,6 +175,7 @@ def check_facts(name: str, cs: ClientSettings) -> None:
             assert dig(parsed[index], path, v) == expand(expected, v), (name, fact)
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("name", NEW)
 @pytest.mark.parametrize("context", [8192, 65536, 262144])
 def test_each_agent_gets_the_endpoint_the_model_and_the_limits(name, context, tmp_path):
@@ -206,6 +185,7 @@ def test_each_agent_gets_the_endpoint_the_model_and_the_limits(name, context, tm
     assert output < context and output == min(8192, context // 4)
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("name", list(AGENTS))
 def test_the_key_is_nowhere_in_what_is_rendered_but_the_shell_reads_it(name, tmp_path):
     cs = settings(tmp_path, ca=True)
@@ -236,15 +216,26 @@ HOSTILE_MODELS = [
     "yes",
     "123",
     "- dash: colon",
+    "bidi\u202eevil\u2066 c1\x9b[2J bom\ufeff",
 ]
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("model", HOSTILE_MODELS)
 @pytest.mark.parametrize("name", NEW)
 def test_a_hostile_model_name_stays_one_value(name, model, tmp_path):
     check_facts(name, settings(tmp_path, model=model))
 
 
+@pytest.mark.parametrize("model", HOSTILE_MODELS)
+@pytest.mark.parametrize("name", list(AGENTS))
+def test_a_file_printed_through_the_terminal_filter_keeps_every_value(name, model, tmp_path):
+    """podkit prints host text through podkit.text.clean, which drops controls: every file escapes them."""
+    for file in agent(name).render(settings(tmp_path, model=model)).files:
+        assert clean(file.content, lines=True) == file.content, file.path
+
+
+@pytest.mark.proc
 @pytest.mark.parametrize("url", ['http://127.0.0.1:1/"q"\n[x]\\/v1', "https://h.example/a b/#'$(id)'/v1"])
 @pytest.mark.parametrize("name", NEW)
 def test_a_hostile_url_stays_one_value(name, url, tmp_path):
@@ -263,6 +254,7 @@ def test_an_unknown_agent_lists_the_known_ones():
         setups("cursor", [])
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize(
     "name, var",
     [

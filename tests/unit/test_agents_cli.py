@@ -17,11 +17,20 @@ import yaml
 
 from podkit.client.agents import AGENTS
 from podkit.client.agents.docs import EXAMPLE, page, sections
-from podkit.client.connect import openai_snippet
-from tests.unit.test_agents import ROOT, SENTINEL, evaluated, parse, settings
-from tests.unit.test_connect import KEY, podkit, write_inventory
-from tests.unit.test_connect import one_error_line as one_error
-from tests.unit.test_docs import load_hooks
+from podkit.client.connect import ClientSettings, openai_snippet
+from tests import helpers
+from tests.helpers import bash_env as evaluated
+from tests.helpers import load_docs_hooks as load_hooks
+from tests.helpers import one_error_line as one_error
+from tests.helpers import parse_config as parse
+from tests.helpers import podkit
+
+KEY = "k3y-" + "a1b2" * 8  # in the key file: never in what podkit prints
+
+
+def write_inventory(tmp_path: Path, hosts: dict[str, dict]) -> str:
+    return helpers.write_inventory(tmp_path, hosts, KEY)
+
 
 # --- the openai program --------------------------------------------------------------------
 
@@ -52,15 +61,17 @@ class _Chat(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.proc
 def test_the_openai_program_runs_where_only_openai_is_installed(tmp_path):
     """The venv has openai but not openai-agents: the program answers and says how to add the rest."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Chat)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        cs = settings(tmp_path, url=f"http://127.0.0.1:{server.server_address[1]}/v1", context=8192)
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        cs = ClientSettings(host="box", base_url=url, model="coder", context_length=8192, key_file="/k")
         program = tmp_path / "podkit_openai.py"
         program.write_text(openai_snippet(cs))
-        env = {"PATH": os.environ["PATH"], "PODKIT_API_KEY": SENTINEL, "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+        env = {"PATH": os.environ["PATH"], "PODKIT_API_KEY": KEY, "OPENAI_AGENTS_DISABLE_TRACING": "1"}
         run = subprocess.run([sys.executable, str(program)], capture_output=True, text=True, env=env, timeout=120)
     finally:
         server.shutdown()
@@ -69,7 +80,7 @@ def test_the_openai_program_runs_where_only_openai_is_installed(tmp_path):
     path, auth, body = _Chat.seen[-1]
     assert (path, auth, body["model"], body["max_tokens"]) == (
         "/v1/chat/completions",
-        f"Bearer {SENTINEL}",
+        f"Bearer {KEY}",
         "coder",
         2048,
     )
@@ -95,7 +106,7 @@ def test_the_docs_site_shows_the_generated_sections():
     """docs/agents.md holds the marker the site's hook fills with :func:`sections`, so the page
     is the registry's text whenever the site is built."""
     hooks = load_hooks()
-    shown = hooks.expand((ROOT / "docs" / "agents.md").read_text(), "agents.md")
+    shown = hooks.expand((helpers.ROOT / "docs" / "agents.md").read_text(), "agents.md")
     assert sections() in shown and shown.startswith("# Connect an agent\n")
     assert page() == "# Connect an agent\n\n" + sections()
 
@@ -123,6 +134,7 @@ def test_for_codex_prints_the_file_and_says_where_it_goes(tmp_path):
     assert KEY not in result.output
 
 
+@pytest.mark.proc
 def test_for_an_agent_without_a_file_prints_exports_to_eval(tmp_path):
     result = podkit(tmp_path, "client", write_inventory(tmp_path, {"box": BOX}), "--for", "goose")
     assert result.exit_code == 0 and KEY not in result.output
@@ -131,6 +143,7 @@ def test_for_an_agent_without_a_file_prints_exports_to_eval(tmp_path):
     assert '# run: goose run --no-session --max-turns 1 -t "PROMPT"' in result.stderr.splitlines()
 
 
+@pytest.mark.proc
 def test_file_and_exports_pick_one_part(tmp_path):
     inv = write_inventory(tmp_path, {"box": BOX})
     second = podkit(tmp_path, "client", inv, "--for", "aider", "--file", ".aider.model.settings.yml")
@@ -165,6 +178,7 @@ def test_bad_combinations_are_one_line(args, message, tmp_path):
     assert result.exit_code == 2 and one_error(result) == message
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize("name", list(AGENTS))
 def test_json_is_one_setup_per_host(name, tmp_path):
     result = podkit(tmp_path, "client", write_inventory(tmp_path, {"box": BOX, "pod": POD}), "--for", name, "--json")
@@ -180,6 +194,7 @@ def test_json_is_one_setup_per_host(name, tmp_path):
         assert not row["env"] or evaluated(exports)["PODKIT_API_KEY"] == KEY
 
 
+@pytest.mark.proc
 def test_an_unknown_context_stops_an_agent_that_needs_it_in_one_line(tmp_path):
     inv = write_inventory(tmp_path, {"far": FAR})
     result = podkit(tmp_path, "client", inv, "--for", "codex")

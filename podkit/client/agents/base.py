@@ -10,6 +10,7 @@ model name or URL holding quotes or newlines stays one value.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -149,27 +150,29 @@ def header(cs: ClientSettings, title: str, name: str) -> str:
     return f"# {title} on podkit host {one_line(cs.host)} ({one_line(cs.model)}), from `podkit client --for {name}`\n"
 
 
+#: What :func:`podkit.text.clean` strips before text reaches a terminal (DEL, C1, the bidi
+#: controls) and what YAML reads as a line break or refuses: escaped as ``\\uXXXX`` inside the
+#: JSON, TOML and YAML strings here, so a file printed through ``clean`` keeps every value whole.
+_UNSAFE = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029\ufeff\ufffe\uffff]")
+
+
+def _escaped(text: str) -> str:
+    return _UNSAFE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
 def json_text(value: Any) -> str:
-    """A JSON document: 2-space indent, non-ASCII kept."""
-    return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
-
-
-def _yaml_escaped(ch: str) -> str:
-    code = ord(ch)
-    if 0x7F <= code <= 0x9F or code in (0x2028, 0x2029, 0xFEFF, 0xFFFE, 0xFFFF):
-        return f"\\u{code:04x}"
-    return ch
+    """A JSON document: 2-space indent, non-ASCII kept but for the characters in :data:`_UNSAFE`."""
+    return _escaped(json.dumps(value, indent=2, ensure_ascii=False)) + "\n"
 
 
 def yaml_str(value: str) -> str:
-    """A YAML scalar: a JSON string, which YAML reads as a double-quoted scalar, with the characters
-    YAML reads as line breaks or refuses as unprintable escaped too."""
-    return "".join(_yaml_escaped(ch) for ch in json.dumps(value, ensure_ascii=False))
+    """A YAML scalar: a JSON string, which YAML reads as a double-quoted scalar (see :data:`_UNSAFE`)."""
+    return _escaped(json.dumps(value, ensure_ascii=False))
 
 
 def toml_str(value: str) -> str:
-    """A TOML basic string: JSON's escapes, which TOML shares, plus DEL, which TOML wants escaped."""
-    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+    """A TOML basic string: JSON's escapes, which TOML shares (see :data:`_UNSAFE`; DEL among them)."""
+    return _escaped(json.dumps(value, ensure_ascii=False))
 
 
 def where(path: str) -> str:
