@@ -183,7 +183,7 @@ def emit_agent(
             row = setup.as_dict()
             row["notes"] += warnings(cs, client)
             rows.append(row)
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(dumps(rows))
         return
     if client in CLIENTS and file_path is None and not exports:
         text = render(client, chosen, key=keys[chosen[0].host] if show_key and client == "env" else None)
