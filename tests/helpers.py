@@ -3,6 +3,7 @@ declarations give them, a host with GPUs, a plan against a local hub, an unreape
 file's line, a process podctl takes for supervisord."""
 
 import dataclasses
+import os
 import subprocess
 import sys
 import time
@@ -103,3 +104,76 @@ def known_gaps(cases, gaps: dict[str, str]) -> list:
         else case
         for case in cases
     ]
+
+
+def bash_env(snippet: str) -> dict[str, str]:
+    """The environment after bash runs ``snippet`` (from an empty one but PATH)."""
+    out = subprocess.run(
+        ["bash", "-c", snippet + "\nenv -0"], capture_output=True, check=True, env={"PATH": os.environ["PATH"]}
+    ).stdout
+    return dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
+
+
+def write_inventory(tmp_path: Path, hosts: dict[str, dict], key: str | None) -> str:
+    """An inventory of ``hosts`` (name -> data) sharing one key file holding ``key`` (none when
+    None) and an empty known_hosts file; its path."""
+    key_file = tmp_path / "api_key"
+    if key is not None:
+        key_file.write_text(key + "\n")
+        key_file.chmod(0o600)
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.touch()
+    rows = {
+        name: {"podkit_api_key_file": str(key_file), "ssh_known_hosts_file": str(known_hosts), **data}
+        for name, data in hosts.items()
+    }
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(f"hosts = {list(rows.items())!r}\n")
+    return str(inventory)
+
+
+def podkit(tmp_path: Path, *args):
+    """``podkit ARGS`` through click's runner, its state under ``tmp_path``."""
+    from click.testing import CliRunner
+
+    from podkit_cli import cli
+
+    return CliRunner().invoke(cli, list(args), env={"PODKIT_STATE_DIR": str(tmp_path / "state")})
+
+
+def one_error_line(result) -> str:
+    """The one ``Error: ...`` line a failed command wrote (and nothing on stdout, no traceback)."""
+    assert "Traceback" not in result.output, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert result.stdout == ""
+    return lines[0]
+
+
+def load_docs_hooks():
+    """docs/hooks.py (the site's generators), imported from its file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def parse_config(path: str, content: str):
+    """``content`` read by the parser of its format, told by ``path``'s suffix (TOML, JSON, YAML, Python)."""
+    import ast
+    import json
+    import tomllib
+
+    import yaml
+
+    if path.endswith(".toml"):
+        return tomllib.loads(content)
+    if path.endswith(".json"):
+        return json.loads(content)
+    if path.endswith((".yaml", ".yml")):
+        return yaml.safe_load(content)
+    if path.endswith(".py"):
+        return ast.parse(content)
+    raise AssertionError(f"no parser for {path}")

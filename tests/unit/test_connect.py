@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from podkit.client.connect import (
     HERMES_MIN_CONTEXT,
@@ -42,7 +41,9 @@ from podkit.client.connect import (
     warnings,
 )
 from podkit.client.targets import RUNPOD_PROXY_NOTE, record_role, role_path, way_in
-from podkit_cli import cli
+from tests import helpers
+from tests.helpers import bash_env as _bash_env
+from tests.helpers import one_error_line, podkit
 
 KEY = "k3y" + "0123456789abcdef" * 2  # what must never show unless asked for
 HERMES_WARNING = "Hermes Agent needs at least 64,000 tokens of context"
@@ -187,14 +188,6 @@ def test_a_pinned_ca_that_is_not_there_yet_is_a_warning(case, tmp_path):
         assert not [line for line in warnings(cs) if "no pinned CA certificate" in line]
 
 
-def _bash_env(snippet: str) -> dict[str, str]:
-    """The environment after bash runs ``snippet`` (from an empty one)."""
-    out = subprocess.run(
-        ["bash", "-c", snippet + "\nenv -0"], capture_output=True, check=True, env={"PATH": os.environ["PATH"]}
-    ).stdout
-    return dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
-
-
 @pytest.mark.proc
 def test_the_shell_exports_read_the_key_from_its_file_when_they_run(case, tmp_path):
     cs = settings_for(case, tmp_path)
@@ -256,7 +249,16 @@ def test_the_python_snippet_compiles_uses_the_endpoint_and_turns_tracing_off(cas
 @pytest.mark.proc
 @pytest.mark.parametrize(
     "model",
-    ['a "quoted" name', "colon: and # hash", "{braces}, [brackets] & *star", "ünï ☃ 模型", "yes", "123", "- dash"],
+    [
+        'a "quoted" name',
+        "colon: and # hash",
+        "{braces}, [brackets] & *star",
+        "ünï ☃ 模型",
+        "yes",
+        "123",
+        "- dash",
+        "del\x7f nel\x85 ls\u2028",
+    ],
 )
 def test_yaml_stays_valid_for_any_model_name(model, tmp_path):
     cs = settings_for(CASES[0], tmp_path, model=model)
@@ -357,37 +359,13 @@ def test_the_tunnel_keeps_pyinfras_defaults_and_refuses_what_ssh_cannot_do():
 
 
 def write_inventory(tmp_path: Path, hosts: dict[str, dict], key: bool = True) -> str:
-    key_file = tmp_path / "api_key"
-    if key:
-        key_file.write_text(KEY + "\n")
-        key_file.chmod(0o600)
-    known_hosts = tmp_path / "known_hosts"
-    known_hosts.touch()
-    rows = {
-        name: {"podkit_api_key_file": str(key_file), "ssh_known_hosts_file": str(known_hosts), **data}
-        for name, data in hosts.items()
-    }
-    inventory = tmp_path / "inventory.py"
-    inventory.write_text(f"hosts = {list(rows.items())!r}\n")
-    return str(inventory)
+    return helpers.write_inventory(tmp_path, hosts, KEY if key else None)
 
 
 BOX = {"ssh_hostname": "192.0.2.10", "vllm_served_model_name": "coder"}
 POD = {"ssh_hostname": "192.0.2.11", "runpod_pod_id": "abc123", "vllm_max_model_len": 32768}
 #: nothing listens on port 1: the host cannot be read over SSH
 UNREACHABLE = {"ssh_hostname": "127.0.0.1", "ssh_port": 1, "vllm_max_model_len": "auto"}
-
-
-def podkit(tmp_path, *args):
-    return CliRunner().invoke(cli, list(args), env={"PODKIT_STATE_DIR": str(tmp_path / "state")})
-
-
-def one_error_line(result) -> str:
-    assert "Traceback" not in result.output, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    assert result.stdout == ""
-    return lines[0]
 
 
 def test_client_for_hermes_prints_only_the_config_on_stdout(tmp_path):
@@ -519,11 +497,17 @@ def test_an_auto_context_that_cannot_be_read_is_one_line(tmp_path):
     assert "the context length is unknown" in env.stderr
 
 
-def test_json_and_for_together_are_bad_input(tmp_path):
-    inventory = write_inventory(tmp_path, {"box": BOX})
+def test_json_with_for_is_each_hosts_setup(tmp_path):
+    inventory = write_inventory(tmp_path, {"box": BOX, "pod": POD})
     result = podkit(tmp_path, "client", inventory, "--json", "--for", "env")
-    assert result.exit_code == 2
-    assert one_error_line(result) == "Error: --json and --for print different things: choose one"
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [(row["host"], row["agent"], row["files"], row["args"]) for row in rows] == [
+        ("box", "env", [], []),
+        ("pod", "env", [], []),
+    ]
+    assert rows[0]["env"]["PODKIT_API_KEY"] == f'"$(cat {tmp_path}/api_key)"'
+    assert KEY not in result.output
 
 
 # --- podkit tunnel, against a real sshd ------------------------------------------------------

@@ -7,7 +7,6 @@ build cannot see.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import tomllib
 from pathlib import Path
@@ -19,20 +18,14 @@ from podkit import __version__
 from podkit.client.outcome import MEANINGS, Outcome, exit_codes_table
 from podkit.settings import SETTINGS, settings_table
 from podkit_cli import cli
+from tests.helpers import load_docs_hooks
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.rglob("*.md"))
 
 
-def load_hooks():
-    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-hooks = load_hooks()
+hooks = load_docs_hooks()
 
 
 def page(name: str) -> str:
@@ -47,7 +40,7 @@ def test_every_marker_on_every_page_expands(path):
 
 
 def test_an_unknown_marker_names_the_page_and_the_known_ones():
-    with pytest.raises(ValueError, match=r"x\.md: unknown marker podkit:setings; known: commands, exit-codes"):
+    with pytest.raises(ValueError, match=r"x\.md: unknown marker podkit:setings; known: agents, commands, exit-codes"):
         hooks.expand("<!-- podkit:setings -->", "x.md")
 
 
