@@ -115,9 +115,16 @@ def through_tunnel(cs: ClientSettings, local_port: int) -> ClientSettings:
     return replace(cs, base_url=f"{scheme}://127.0.0.1:{local_port}/v1", way="tunnel", note=None)
 
 
-def hermes_max_tokens(context_length: int) -> int:
-    """The ``max_tokens`` Hermes asks for: at most a quarter of the context, so prompt and answer fit."""
+def output_limit(context_length: int) -> int:
+    """The most an agent should ask for in one answer: a quarter of the context, at most
+    :data:`HERMES_MAX_TOKENS`, so prompt and answer fit (an agent that asks for nothing lets the
+    server generate to the end of the context)."""
     return max(1, min(HERMES_MAX_TOKENS, context_length // 4))
+
+
+def hermes_max_tokens(context_length: int) -> int:
+    """The ``max_tokens`` Hermes asks for (see :func:`output_limit`)."""
+    return output_limit(context_length)
 
 
 def _yaml(value: str) -> str:
@@ -198,8 +205,9 @@ def llm_yaml(settings: list[ClientSettings] | ClientSettings) -> str:
 
 
 def openai_snippet(cs: ClientSettings) -> str:
-    """A short Python program for ``cs``'s endpoint: the ``openai`` SDK, then the OpenAI Agents SDK
-    with tracing off. The key comes from ``$PODKIT_API_KEY``; a pinned CA is trusted explicitly."""
+    """A short Python program for ``cs``'s endpoint: the ``openai`` SDK, then, where it is installed,
+    the OpenAI Agents SDK with tracing off. The key comes from ``$PODKIT_API_KEY``; a pinned CA is
+    trusted explicitly; each answer is bounded by :func:`output_limit` when the context is known."""
     trust = ""
     client_extra = ""
     async_extra = ""
@@ -211,8 +219,12 @@ def openai_snippet(cs: ClientSettings) -> str:
         )
         client_extra = ", http_client=DefaultHttpxClient(verify=TRUST)"
         async_extra = ", http_client=DefaultAsyncHttpxClient(verify=TRUST)"
+    limit = output_limit(cs.context_length) if cs.context_length else None
+    bound = f"\n    max_tokens={limit}," if limit else ""
+    settings = f"ModelSettings(max_tokens={limit})" if limit else "ModelSettings()"
     return f"""# podkit: {_comment(cs.host)} serves {_comment(cs.model)} at {_comment(cs.base_url)}
 # Run with: PODKIT_API_KEY={_key_from_file(cs)} python this.py
+import importlib.util
 import os
 
 {trust}from openai import AsyncOpenAI, OpenAI
@@ -223,21 +235,28 @@ KEY = os.environ["PODKIT_API_KEY"]
 
 client = OpenAI(base_url=BASE_URL, api_key=KEY{client_extra})
 reply = client.chat.completions.create(
-    model=MODEL, messages=[{{"role": "user", "content": "Write a Python function that reverses a string."}}]
+    model=MODEL,{bound}
+    messages=[{{"role": "user", "content": "Write a Python function that reverses a string."}}],
 )
 print(reply.choices[0].message.content)
 
-# The OpenAI Agents SDK (pip install openai-agents). Tracing goes to OpenAI, with OPENAI_API_KEY,
-# unless it is off: keep it off (or export OPENAI_AGENTS_DISABLE_TRACING=1).
-from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled  # noqa: E402
+# The OpenAI Agents SDK (pip install openai-agents), when it is installed. Tracing goes to OpenAI,
+# with OPENAI_API_KEY, unless it is off: keep it off (or export OPENAI_AGENTS_DISABLE_TRACING=1).
+if importlib.util.find_spec("agents") is None:
+    print("(pip install openai-agents to run the Agents SDK part too)")
+else:
+    from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
 
-set_tracing_disabled(True)
-agent = Agent(
-    name="coder",
-    instructions="You are a careful coding assistant.",
-    model=OpenAIChatCompletionsModel(model=MODEL, openai_client=AsyncOpenAI(base_url=BASE_URL, api_key=KEY{async_extra})),
-)
-print(Runner.run_sync(agent, "Write a Python function that reverses a string.").final_output)
+    set_tracing_disabled(True)
+    agent = Agent(
+        name="coder",
+        instructions="You are a careful coding assistant.",
+        model=OpenAIChatCompletionsModel(
+            model=MODEL, openai_client=AsyncOpenAI(base_url=BASE_URL, api_key=KEY{async_extra})
+        ),
+        model_settings={settings},
+    )
+    print(Runner.run_sync(agent, "Write a Python function that reverses a string.").final_output)
 """
 
 
