@@ -68,9 +68,7 @@ def say(lines) -> None:
     "--for",
     "client",
     type=click.Choice(list(AGENTS)),
-    help="Print only this agent's settings: "
-    + "; ".join(f"{name} ({agent.summary})" for name, agent in AGENTS.items())
-    + ".",
+    help="Print only this agent's settings. " + "; ".join(f"{name}: {agent.summary}" for name, agent in AGENTS.items()),
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the settings (with --for: the agent's setup) as JSON.")
 @click.option("--file", "file_path", metavar="PATH", help="With --for: print this one of the agent's files.")
@@ -94,7 +92,7 @@ def client(inventory, host_names, client, as_json, file_path, exports, show_key)
     selected host (llm -m podkit-HOST) and --json takes them all.
 
     \b
-    Exit codes: 0 ok, 1 error (e.g. no API key yet, or Hermes needs a
+    Exit codes: 0 ok, 1 error (e.g. no API key yet, or an agent needs a
     context length that cannot be read), 2 bad input.
 
     \b

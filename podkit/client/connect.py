@@ -132,8 +132,10 @@ def _yaml(value: str) -> str:
     return json.dumps(value)
 
 
-def _comment(text: str) -> str:
-    return " ".join(str(text).split())
+def comment_text(text: str) -> str:
+    """``text`` as one line of a comment: whitespace folded, unprintable characters (which YAML
+    and TOML refuse even in a comment) replaced by spaces."""
+    return " ".join("".join(ch if ch.isprintable() else " " for ch in str(text)).split())
 
 
 def _key_from_file(cs: ClientSettings) -> str:
@@ -147,7 +149,7 @@ def env_snippet(cs: ClientSettings, key: str | None = None) -> str:
     value = shlex.quote(key) if key is not None else _key_from_file(cs)
     context = f", context {cs.context_length} tokens" if cs.context_length else ""
     lines = [
-        f"# podkit: {_comment(cs.host)} serves {_comment(cs.model)}{context}",
+        f"# podkit: {comment_text(cs.host)} serves {comment_text(cs.model)}{context}",
         f"export OPENAI_BASE_URL={shlex.quote(cs.base_url)}",
         f"export OPENAI_API_KEY={value}",
         f"export PODKIT_API_KEY={value}",
@@ -169,13 +171,13 @@ def hermes_yaml(cs: ClientSettings) -> str:
             f"{cs.host}: the context length is unknown, and Hermes needs it: set vllm_max_model_len to a number"
         )
     lines = [
-        f"# Hermes Agent on podkit host {_comment(cs.host)} ({_comment(cs.model)}), from `podkit client --for hermes`.",
+        f"# Hermes Agent on podkit host {comment_text(cs.host)} ({comment_text(cs.model)}), from `podkit client --for hermes`.",
         f"# Hermes reads the key from $PODKIT_API_KEY: export PODKIT_API_KEY={_key_from_file(cs)}",
     ]
     if cs.ca_file:
         lines.append(f"# TLS from the edge's own CA: run Hermes with SSL_CERT_FILE={shlex.quote(cs.ca_file)}")
     if cs.note:
-        lines.append(f"# {_comment(cs.note)}")
+        lines.append(f"# {comment_text(cs.note)}")
     lines += [
         "model:",
         f"  provider: {_yaml('custom')}",
@@ -222,7 +224,7 @@ def openai_snippet(cs: ClientSettings) -> str:
     limit = output_limit(cs.context_length) if cs.context_length else None
     bound = f"\n    max_tokens={limit}," if limit else ""
     settings = f"ModelSettings(max_tokens={limit})" if limit else "ModelSettings()"
-    return f"""# podkit: {_comment(cs.host)} serves {_comment(cs.model)} at {_comment(cs.base_url)}
+    return f"""# podkit: {comment_text(cs.host)} serves {comment_text(cs.model)} at {comment_text(cs.base_url)}
 # Run with: PODKIT_API_KEY={_key_from_file(cs)} python this.py
 import importlib.util
 import os

@@ -253,7 +253,16 @@ def test_the_python_snippet_compiles_uses_the_endpoint_and_turns_tracing_off(cas
 
 @pytest.mark.parametrize(
     "model",
-    ['a "quoted" name', "colon: and # hash", "{braces}, [brackets] & *star", "ünï ☃ 模型", "yes", "123", "- dash"],
+    [
+        'a "quoted" name',
+        "colon: and # hash",
+        "{braces}, [brackets] & *star",
+        "ünï ☃ 模型",
+        "yes",
+        "123",
+        "- dash",
+        "del\x7f nel\x85 ls\u2028",
+    ],
 )
 def test_yaml_stays_valid_for_any_model_name(model, tmp_path):
     cs = settings_for(CASES[0], tmp_path, model=model)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from podkit.client.connect import ClientSettings, ConnectError, output_limit
+from podkit.client.connect import ClientSettings, ConnectError, comment_text, output_limit
 
 #: What the agents' files call the key: exported once, referenced everywhere else.
 KEY_VAR = "PODKIT_API_KEY"
@@ -137,7 +137,8 @@ def command(*words: str) -> str:
 
 
 def one_line(text: str) -> str:
-    return " ".join(str(text).split())
+    """``text`` as one line of a comment (see :func:`~podkit.client.connect.comment_text`)."""
+    return comment_text(text)
 
 
 def header(cs: ClientSettings, title: str, name: str) -> str:

@@ -39,7 +39,7 @@ def hermes(cs: ClientSettings) -> Setup:
         files=(File(HERMES_PATH, hermes_yaml(cs)),),
         env=key_env(cs) | ca_env(cs, "SSL_CERT_FILE"),
         run=command("hermes", "chat", "-Q", "--max-turns", "1", "-q", PROMPT),
-        notes=("the file goes to $HERMES_HOME/config.yaml where HERMES_HOME is set",),
+        notes=("The file goes to $HERMES_HOME/config.yaml where HERMES_HOME is set",),
     )
 
 
@@ -51,8 +51,8 @@ def llm(cs: ClientSettings) -> Setup:
         env=key_env(cs) | ca_env(cs, "SSL_CERT_FILE"),
         run=command("llm", "-m", cs.llm_model_id, PROMPT),
         notes=(
-            'the file goes beside llm\'s logs: "$(dirname "$(llm logs path)")/extra-openai-models.yaml"',
-            f'give llm the key once: llm keys set {LLM_KEY_NAME} --value "$PODKIT_API_KEY"',
+            'The file goes beside llm\'s logs: "$(dirname "$(llm logs path)")/extra-openai-models.yaml"',
+            f'Give llm the key once: llm keys set {LLM_KEY_NAME} --value "$PODKIT_API_KEY"',
         ),
     )
 
@@ -64,7 +64,7 @@ def openai(cs: ClientSettings) -> Setup:
         files=(File(OPENAI_PATH, openai_snippet(cs)),),
         env=key_env(cs) | NO_TRACING,
         run=command("python", OPENAI_PATH),
-        notes=("the Agents SDK part runs where openai-agents is installed",),
+        notes=("The Agents SDK part runs where openai-agents is installed",),
     )
 
 
