@@ -188,7 +188,7 @@ def check_facts(name: str, cs: ClientSettings) -> None:
     setup = agent(name).render(cs)
     v = values(cs)
     parsed = [parse(f.path, f.content) for f in setup.files]
-    env = evaluated(setup.exports()) if setup.env else {}
+    env = evaluated(setup.script()) if setup.env else {}
     for fact in FACTS[name]:
         if fact[0] == "env":
             assert env[fact[1]] == expand(fact[2], v), (name, fact)

@@ -63,10 +63,13 @@ class Setup:
         return "".join(f"export {name}={value}\n" for name, value in self.env.items())
 
     def script(self) -> str:
-        """:meth:`exports` under a comment naming the agent and the host, for ``eval`` or ``source``."""
-        return f"# {self.agent} for podkit host {one_line(self.host)}, from `podkit client --for {self.agent}`\n" + (
-            self.exports()
-        )
+        """:meth:`exports` under a comment naming the agent and the host, for ``eval`` or ``source``;
+        the flags the agent needs follow as a comment."""
+        text = f"# {self.agent} for podkit host {one_line(self.host)}, from `podkit client --for {self.agent}`\n"
+        text += self.exports()
+        if self.args:
+            text += f"# {self.agent} needs these flags: {one_line(' '.join(shlex.quote(arg) for arg in self.args))}\n"
+        return text
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,7 @@ ENV = Agent(
 HERMES = Agent(
     name="hermes",
     title="Hermes Agent",
-    install="pip install hermes-agent",
+    install="pip install hermes-agent==0.19.0",
     summary="Hermes Agent's config.yaml",
     render=hermes,
     short="Hermes",
@@ -87,7 +87,7 @@ HERMES = Agent(
 LLM = Agent(
     name="llm",
     title="llm",
-    install="pip install llm",
+    install="pip install llm==0.36",
     summary="llm's extra-openai-models.yaml (every selected host)",
     render=llm,
     needs_context=False,
@@ -96,7 +96,7 @@ LLM = Agent(
 OPENAI = Agent(
     name="openai",
     title="openai and the OpenAI Agents SDK",
-    install="pip install openai openai-agents",
+    install="pip install openai openai-agents==0.24.0",
     summary="a Python program for the openai and Agents SDKs",
     render=openai,
     needs_context=False,

@@ -5,7 +5,9 @@
 edge checks; ``ANTHROPIC_API_KEY`` would go as ``x-api-key``) and which outranks an
 ``ANTHROPIC_API_KEY`` already in the shell, so that key is not sent here. Every model alias
 Claude Code uses (its main model and its background "haiku" calls) is the served model, and
-``CLAUDE_CODE_MAX_OUTPUT_TOKENS`` bounds each answer.
+``CLAUDE_CODE_MAX_OUTPUT_TOKENS`` bounds each answer. Claude Code 2.1.197 run with these against a
+stub sent ``POST /v1/messages?beta=true`` with ``Authorization: Bearer``, no ``x-api-key``, the
+served model and that ``max_tokens``.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def render(cs: ClientSettings) -> Setup:
         notes=(
             "Claude Code speaks the Anthropic Messages API: the server must serve /v1/messages (vLLM does)",
             "Claude Code's own system prompt and tools are long: give the model a large context",
+            "Claude Code retries a refused key for over a minute: a wrong key looks like a hang",
         ),
     )
 

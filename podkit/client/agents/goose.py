@@ -38,7 +38,7 @@ def render(cs: ClientSettings) -> Setup:
 AGENT = Agent(
     name="goose",
     title="goose",
-    install="npm i -g @aaif/goose@1.34.0",
+    install="npm i -g @aaif/goose@0.20.1",
     summary="goose's variables (GOOSE_PROVIDER=openai, GOOSE_MODEL, GOOSE_CONTEXT_LIMIT)",
     render=render,
 )
