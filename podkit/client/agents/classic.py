@@ -39,7 +39,10 @@ def hermes(cs: ClientSettings) -> Setup:
         files=(File(HERMES_PATH, hermes_yaml(cs)),),
         env=key_env(cs) | ca_env(cs, "SSL_CERT_FILE"),
         run=command("hermes", "chat", "-Q", "--max-turns", "1", "-q", PROMPT),
-        notes=("The file goes to $HERMES_HOME/config.yaml where HERMES_HOME is set",),
+        notes=(
+            "The file goes to $HERMES_HOME/config.yaml where HERMES_HOME is set",
+            "Hermes refuses a context under 64,000 tokens: podkit client warns when a host's is smaller",
+        ),
     )
 
 

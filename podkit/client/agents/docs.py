@@ -1,8 +1,10 @@
-"""The "Connect an agent" page, written from the registry so it cannot drift from the renderers.
+"""The "Connect an agent" sections, written from the registry so they cannot drift from the renderers.
 
 Each agent is rendered for a placeholder host (``HOST`` serving ``MODEL``) and its section says
 how to install it, the commands that put its files and variables in place and the command to run,
-then its notes. ``podkit client``'s own flags (``--file``, ``--exports``) do the rest.
+then its notes. ``podkit client``'s own flags (``--file``, ``--exports``) do the rest. The docs
+site's ``<!-- podkit:agents -->`` marker (docs/hooks.py) is :func:`sections`; :func:`page` is the
+page on its own.
 """
 
 from __future__ import annotations
@@ -23,18 +25,20 @@ EXAMPLE = ClientSettings(
     key_file="/path/to/api_key",
 )
 
-INTRO = """\
-# Connect an agent
+TITLE = "# Connect an agent\n"
 
-`podkit client INVENTORY --host HOST --for AGENT` prints what AGENT needs to use HOST's endpoint:
-its config file in its own format on stdout, ready to redirect into place, or, for an agent
-configured by its environment, `export` lines to `eval`. Where the file goes, the variables to
-export and the command to run go to stderr. The key is never written into a file: each file
-names the variable `PODKIT_API_KEY`, and `export PODKIT_API_KEY="$(cat KEYFILE)"` reads it from
-the controller's key file when the shell runs it. Every agent gets the served model name, the
-context and an output limit (a quarter of the context, at most 8192 tokens) wherever it reads
-them. `--for AGENT --json` prints each host's whole setup (files, env, args, run, notes) for
-scripts; `--file PATH` picks one of an agent's files, `--exports` its variables.
+INTRO = """\
+`podkit client INVENTORY --host HOST --for AGENT` prints what AGENT needs to use HOST's endpoint
+([`podkit client`](commands/client.md)): its config file in its own format on stdout, ready to
+redirect into place, or, for an agent configured by its environment, `export` lines to `eval`.
+Where the file goes, the variables to export and the command to run go to stderr. The key is never
+written into a file: each file names the variable `PODKIT_API_KEY`, and
+`export PODKIT_API_KEY="$(cat KEYFILE)"` reads it from the controller's key file when the shell
+runs it. Every agent gets the served model name, the context and an output limit (a quarter of the
+context, at most 8192 tokens) wherever it reads them. `--file PATH` prints another of an agent's
+files, `--exports` its variables, and `--json` each host's whole setup (files, env, args, run,
+notes) for scripts. Through a tunnel, [`podkit tunnel --for AGENT`](commands/tunnel.md) prints the
+same for the local address.
 """
 
 
@@ -81,9 +85,14 @@ def section(agent: Agent) -> str:
     return "\n".join(parts)
 
 
-def page() -> str:
-    """The whole page, in registry order."""
+def sections() -> str:
+    """:data:`INTRO`, then every agent's section, in registry order."""
     return INTRO + "\n" + "\n".join(section(agent) for agent in AGENTS.values()).rstrip("\n") + "\n"
+
+
+def page() -> str:
+    """The page on its own: a title, then :func:`sections`."""
+    return TITLE + "\n" + sections()
 
 
 if __name__ == "__main__":
