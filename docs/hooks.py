@@ -7,6 +7,7 @@ Markers (one registry, ``GENERATORS``):
     <!-- podkit:exit-codes -->        the exit codes (podkit.client.outcome.exit_codes_table)
     <!-- podkit:commands -->          every command, linked to its page (podkit_cli.reference)
     <!-- podkit:help verify -->       ``podkit verify --help`` (a group: each subcommand too)
+    <!-- podkit:agents -->            one section per agent ``--for`` takes (podkit.client.agents.docs)
 
 A marker this file does not know fails the build (mkdocs build --strict runs in scripts/test.sh).
 ``tests/unit/test_docs.py`` runs the same expansion on every page.
@@ -61,11 +62,18 @@ def _help(*args: str) -> str:
     return help_block(" ".join(args))
 
 
+def _agents(*args: str) -> str:
+    from podkit.client.agents.docs import sections
+
+    return sections()
+
+
 GENERATORS: dict[str, Callable[..., str]] = {
     "settings": _settings,
     "exit-codes": _exit_codes,
     "commands": _commands,
     "help": _help,
+    "agents": _agents,
 }
 
 

@@ -8,6 +8,8 @@ import shlex
 import click
 
 from podkit import project_path
+from podkit.client.agents import AGENTS, File, Setup, setups
+from podkit.client.agents.base import guide
 from podkit.client.connect import CLIENTS, LLM_KEY_NAME, ClientSettings, ConnectError, notes, render, summary, warnings
 
 from .hosts import Target, load_targets
@@ -65,28 +67,32 @@ def say(lines) -> None:
 @click.option(
     "--for",
     "client",
-    type=click.Choice(CLIENTS),
-    help="Print only this client's settings: env (shell exports), hermes (Hermes Agent's config.yaml), "
-    "llm (extra-openai-models.yaml), openai (Python for the openai and Agents SDKs).",
+    type=click.Choice(list(AGENTS)),
+    help="Print only this agent's settings. " + "; ".join(f"{name}: {agent.summary}" for name, agent in AGENTS.items()),
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the settings as a JSON list.")
+@click.option("--json", "as_json", is_flag=True, help="Print the settings (with --for: the agent's setup) as JSON.")
+@click.option("--file", "file_path", metavar="PATH", help="With --for: print this one of the agent's files.")
+@click.option("--exports", is_flag=True, help="With --for: print the agent's variables as export lines.")
 @click.option("--show-key", is_flag=True, help="Write the API key itself (env, the summary, JSON), not its file.")
-def client(inventory, host_names, client, as_json, show_key):
+def client(inventory, host_names, client, as_json, file_path, exports, show_key):
     """Tell a client how to use each host's endpoint. Changes nothing.
 
     Prints each host's base URL (with /v1), served model, context length,
     the controller's API key file, the pinned CA certificate (TLS from the
-    edge's own CA) and the way in. With --for, only that client's settings
-    go to stdout (notes and warnings go to stderr), so they can be
-    redirected into place. The key is written as "$(cat KEYFILE)" or
-    ${PODKIT_API_KEY}, never itself unless --show-key. A context length of
-    "auto" is read from the running server over SSH.
+    edge's own CA) and the way in. With --for, only that agent's config
+    file (or, for an agent without one, its export lines) goes to stdout,
+    so it can be redirected into place; where it goes, the variables and
+    the command to run go to stderr. --for with --json prints each host's
+    setup: files, env, args, run, notes. The key is written as
+    "$(cat KEYFILE)" or a reference to $PODKIT_API_KEY, never itself unless
+    --show-key (env only). A context length of "auto" is read from the
+    running server over SSH.
 
-    --for env, hermes and openai take one host (pick it with --host);
-    --for llm lists every selected host (llm -m podkit-HOST).
+    --for takes one host (pick it with --host), but llm lists every
+    selected host (llm -m podkit-HOST) and --json takes them all.
 
     \b
-    Exit codes: 0 ok, 1 error (e.g. no API key yet, or Hermes needs a
+    Exit codes: 0 ok, 1 error (e.g. no API key yet, or an agent needs a
     context length that cannot be read), 2 bad input.
 
     \b
@@ -94,17 +100,30 @@ def client(inventory, host_names, client, as_json, show_key):
     eval "$(podkit client inventories/runpod.py --host coder-1 --for env)"
     podkit client inventories/runpod.py --host coder-1 --for hermes > "$HERMES_HOME/config.yaml"
     podkit client inventories/baremetal.py --for llm > "$(dirname "$(llm logs path)")/extra-openai-models.yaml"
+    podkit client inventories/sandbox.py --for codex > ~/.codex/config.toml
+    eval "$(podkit client inventories/sandbox.py --for goose)"
     """
-    if as_json and client:
-        raise BadInput("--json and --for print different things: choose one")
+    check_parts(client, as_json, file_path, exports)
     targets = load_targets(inventory, host_names)
-    if client and client != "llm" and len(targets) > 1:
+    if client and not as_json and not AGENTS[client].multi_host and len(targets) > 1:
         names = ", ".join(t.name for t in targets)
         raise BadInput(
             f"--for {client} writes one host's settings but {len(targets)} are selected ({names}): pick one with --host"
         )
     settings = client_settings(targets)
-    emit_settings(settings, {t.name: t.key for t in targets}, client, as_json, show_key)
+    emit_settings(settings, {t.name: t.key for t in targets}, client, as_json, show_key, file_path, exports)
+
+
+def check_parts(client: str | None, as_json: bool, file_path: str | None, exports: bool) -> None:
+    """--file and --exports pick a part of one agent's setup: refused without --for, with --json,
+    or together."""
+    for flag, given in (("--file", file_path is not None), ("--exports", exports)):
+        if given and not client:
+            raise BadInput(f"{flag} picks a part of an agent's setup: add --for AGENT")
+        if given and as_json:
+            raise BadInput(f"--json prints the whole setup: leave out {flag}")
+    if file_path is not None and exports:
+        raise BadInput("--file and --exports print different things: choose one")
 
 
 def emit_settings(
@@ -113,9 +132,15 @@ def emit_settings(
     client: str | None,
     as_json: bool,
     show_key: bool,
+    file_path: str | None = None,
+    exports: bool = False,
 ) -> None:
-    """Print ``settings`` (with why a context is unknown): JSON, ``client``'s snippet alone on
-    stdout, or the summary; warnings and notes on stderr. The keys show only with ``show_key``."""
+    """Print ``settings`` (with why a context is unknown): JSON, ``client``'s setup (its file or
+    exports on stdout, the rest on stderr), or the summary; warnings and notes on stderr. The keys
+    show only with ``show_key``."""
+    if client:
+        emit_agent(settings, keys, client, as_json, show_key, file_path, exports)
+        return
     if as_json:
         rows = []
         for cs, problem in settings:
@@ -125,29 +150,72 @@ def emit_settings(
             rows.append(row)
         click.echo(json.dumps(rows, indent=2, sort_keys=True))
         return
+    for index, (cs, problem) in enumerate(settings):
+        if index:
+            click.echo("")
+        click.echo(summary(cs, keys[cs.host] if show_key else None), nl=False)
+        say([problem] if problem else [])
+        say(line for line in warnings(cs) if not (cs.note and line == f"{cs.host}: {cs.note}"))
 
-    if not client:
-        for index, (cs, problem) in enumerate(settings):
-            if index:
-                click.echo("")
-            click.echo(summary(cs, keys[cs.host] if show_key else None), nl=False)
-            say([problem] if problem else [])
-            say(line for line in warnings(cs) if not (cs.note and line == f"{cs.host}: {cs.note}"))
-        return
 
+def emit_agent(
+    settings: list[tuple[ClientSettings, str | None]],
+    keys: dict[str, str],
+    client: str,
+    as_json: bool,
+    show_key: bool,
+    file_path: str | None,
+    exports: bool,
+) -> None:
+    """``client``'s setup for each host: JSON, or one host's file or exports on stdout."""
+    agent = AGENTS[client]
     problems = [problem for _, problem in settings if problem]
-    if client == "hermes" and problems:
-        raise click.ClickException(problems[0] + "; Hermes needs it: set vllm_max_model_len to a number")
+    if agent.needs_context and problems:
+        raise click.ClickException(f"{problems[0]}; {agent.called} needs it: set vllm_max_model_len to a number")
     chosen = [cs for cs, _ in settings]
     try:
-        text = render(client, chosen, key=keys[chosen[0].host] if show_key and client == "env" else None)
+        done = setups(client, chosen)
     except ConnectError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(text, nl=False)
+    if as_json:
+        rows = []
+        for cs, setup in zip(chosen, done):
+            row = setup.as_dict()
+            row["notes"] += warnings(cs, client)
+            rows.append(row)
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if client in CLIENTS and file_path is None and not exports:
+        text = render(client, chosen, key=keys[chosen[0].host] if show_key and client == "env" else None)
+        click.echo(text, nl=False)
+        say(problems)
+        for cs in chosen:
+            say(warnings(cs, client))
+        say(_notes(client, chosen, keys if show_key else None))
+        return
+    setup = done[0]
+    shown = _pick(setup, file_path, exports)
+    click.echo(setup.script() if shown is None else shown.content, nl=False)
     say(problems)
-    for cs in chosen:
-        say(warnings(cs, client))
-    say(_notes(client, chosen, keys if show_key else None))
+    say(warnings(chosen[0], client))
+    say(guide(setup, shown))
+    if show_key:
+        say(["--show-key leaves the key out of it: export PODKIT_API_KEY before you start the agent"])
+
+
+def _pick(setup: Setup, file_path: str | None, exports: bool) -> File | None:
+    """The file that goes to stdout (``file_path``, else the first), or None for the exports."""
+    if exports or not setup.files:
+        return None
+    if file_path is None:
+        return setup.files[0]
+    for file in setup.files:
+        if file.path == file_path:
+            return file
+    raise BadInput(
+        f"--file {file_path}: {setup.agent} reads "
+        + (", ".join(f.path for f in setup.files) or "no file (leave out --file)")
+    )
 
 
 def _notes(client: str, chosen: list[ClientSettings], keys: dict[str, str] | None) -> list[str]:

@@ -13,7 +13,8 @@ import time
 import click
 
 from podkit import PROJECT_ROOT
-from podkit.client.connect import CLIENTS, ConnectError, ssh_forward_argv, through_tunnel
+from podkit.client.agents import AGENTS
+from podkit.client.connect import ConnectError, ssh_forward_argv, through_tunnel
 
 from .client import BadInput, client_settings, emit_settings, say
 from .hosts import load_targets
@@ -163,7 +164,9 @@ def _sigterm_as_interrupt():
     type=click.IntRange(1, 65535),
     help="Port on 127.0.0.1 here (one host only); default: a free one per host.",
 )
-@click.option("--for", "client", type=click.Choice(CLIENTS), help="Print this client's settings (as podkit client).")
+@click.option(
+    "--for", "client", type=click.Choice(list(AGENTS)), help="Print this agent's settings (as podkit client)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the settings as a JSON list.")
 def tunnel(inventory, host_names, local_port, client, as_json):
     """Reach each host's edge on 127.0.0.1 here, through SSH. Runs until Ctrl-C.
@@ -186,12 +189,10 @@ def tunnel(inventory, host_names, local_port, client, as_json):
     podkit tunnel inventories/runpod.py --host coder-1
     podkit tunnel inventories/baremetal.py --host gpu-box-1 --local-port 18000 --for env
     """
-    if as_json and client:
-        raise BadInput("--json and --for print different things: choose one")
     targets = load_targets(inventory, host_names)
     if local_port is not None and len(targets) > 1:
         raise BadInput(f"--local-port is one port but {len(targets)} hosts are selected: pick one with --host")
-    if client and client != "llm" and len(targets) > 1:
+    if client and not as_json and not AGENTS[client].multi_host and len(targets) > 1:
         raise BadInput(
             f"--for {client} writes one host's settings but {len(targets)} are selected: pick one with --host"
         )
@@ -204,8 +205,10 @@ def tunnel(inventory, host_names, local_port, client, as_json):
             ports.append(port)
     settings = []
     for (cs, problem), port in zip(client_settings(targets), ports):
-        if client == "hermes" and problem:
-            raise click.ClickException(problem + "; Hermes needs it: set vllm_max_model_len to a number")
+        if client and AGENTS[client].needs_context and problem:
+            raise click.ClickException(
+                f"{problem}; {AGENTS[client].called} needs it: set vllm_max_model_len to a number"
+            )
         try:
             settings.append((through_tunnel(cs, port), problem))
         except ConnectError as exc:

@@ -115,9 +115,16 @@ def through_tunnel(cs: ClientSettings, local_port: int) -> ClientSettings:
     return replace(cs, base_url=f"{scheme}://127.0.0.1:{local_port}/v1", way="tunnel", note=None)
 
 
-def hermes_max_tokens(context_length: int) -> int:
-    """The ``max_tokens`` Hermes asks for: at most a quarter of the context, so prompt and answer fit."""
+def output_limit(context_length: int) -> int:
+    """The most an agent should ask for in one answer: a quarter of the context, at most
+    :data:`HERMES_MAX_TOKENS`, so prompt and answer fit (an agent that asks for nothing lets the
+    server generate to the end of the context)."""
     return max(1, min(HERMES_MAX_TOKENS, context_length // 4))
+
+
+def hermes_max_tokens(context_length: int) -> int:
+    """The ``max_tokens`` Hermes asks for (see :func:`output_limit`)."""
+    return output_limit(context_length)
 
 
 def _yaml(value: str) -> str:
@@ -125,8 +132,10 @@ def _yaml(value: str) -> str:
     return json.dumps(value)
 
 
-def _comment(text: str) -> str:
-    return " ".join(str(text).split())
+def comment_text(text: str) -> str:
+    """``text`` as one line of a comment: whitespace folded, unprintable characters (which YAML
+    and TOML refuse even in a comment) replaced by spaces."""
+    return " ".join("".join(ch if ch.isprintable() else " " for ch in str(text)).split())
 
 
 def _key_from_file(cs: ClientSettings) -> str:
@@ -140,7 +149,7 @@ def env_snippet(cs: ClientSettings, key: str | None = None) -> str:
     value = shlex.quote(key) if key is not None else _key_from_file(cs)
     context = f", context {cs.context_length} tokens" if cs.context_length else ""
     lines = [
-        f"# podkit: {_comment(cs.host)} serves {_comment(cs.model)}{context}",
+        f"# podkit: {comment_text(cs.host)} serves {comment_text(cs.model)}{context}",
         f"export OPENAI_BASE_URL={shlex.quote(cs.base_url)}",
         f"export OPENAI_API_KEY={value}",
         f"export PODKIT_API_KEY={value}",
@@ -162,13 +171,13 @@ def hermes_yaml(cs: ClientSettings) -> str:
             f"{cs.host}: the context length is unknown, and Hermes needs it: set vllm_max_model_len to a number"
         )
     lines = [
-        f"# Hermes Agent on podkit host {_comment(cs.host)} ({_comment(cs.model)}), from `podkit client --for hermes`.",
+        f"# Hermes Agent on podkit host {comment_text(cs.host)} ({comment_text(cs.model)}), from `podkit client --for hermes`.",
         f"# Hermes reads the key from $PODKIT_API_KEY: export PODKIT_API_KEY={_key_from_file(cs)}",
     ]
     if cs.ca_file:
         lines.append(f"# TLS from the edge's own CA: run Hermes with SSL_CERT_FILE={shlex.quote(cs.ca_file)}")
     if cs.note:
-        lines.append(f"# {_comment(cs.note)}")
+        lines.append(f"# {comment_text(cs.note)}")
     lines += [
         "model:",
         f"  provider: {_yaml('custom')}",
@@ -198,8 +207,9 @@ def llm_yaml(settings: list[ClientSettings] | ClientSettings) -> str:
 
 
 def openai_snippet(cs: ClientSettings) -> str:
-    """A short Python program for ``cs``'s endpoint: the ``openai`` SDK, then the OpenAI Agents SDK
-    with tracing off. The key comes from ``$PODKIT_API_KEY``; a pinned CA is trusted explicitly."""
+    """A short Python program for ``cs``'s endpoint: the ``openai`` SDK, then, where it is installed,
+    the OpenAI Agents SDK with tracing off. The key comes from ``$PODKIT_API_KEY``; a pinned CA is
+    trusted explicitly; each answer is bounded by :func:`output_limit` when the context is known."""
     trust = ""
     client_extra = ""
     async_extra = ""
@@ -211,8 +221,12 @@ def openai_snippet(cs: ClientSettings) -> str:
         )
         client_extra = ", http_client=DefaultHttpxClient(verify=TRUST)"
         async_extra = ", http_client=DefaultAsyncHttpxClient(verify=TRUST)"
-    return f"""# podkit: {_comment(cs.host)} serves {_comment(cs.model)} at {_comment(cs.base_url)}
+    limit = output_limit(cs.context_length) if cs.context_length else None
+    bound = f"\n    max_tokens={limit}," if limit else ""
+    settings = f"ModelSettings(max_tokens={limit})" if limit else "ModelSettings()"
+    return f"""# podkit: {comment_text(cs.host)} serves {comment_text(cs.model)} at {comment_text(cs.base_url)}
 # Run with: PODKIT_API_KEY={_key_from_file(cs)} python this.py
+import importlib.util
 import os
 
 {trust}from openai import AsyncOpenAI, OpenAI
@@ -223,21 +237,28 @@ KEY = os.environ["PODKIT_API_KEY"]
 
 client = OpenAI(base_url=BASE_URL, api_key=KEY{client_extra})
 reply = client.chat.completions.create(
-    model=MODEL, messages=[{{"role": "user", "content": "Write a Python function that reverses a string."}}]
+    model=MODEL,{bound}
+    messages=[{{"role": "user", "content": "Write a Python function that reverses a string."}}],
 )
 print(reply.choices[0].message.content)
 
-# The OpenAI Agents SDK (pip install openai-agents). Tracing goes to OpenAI, with OPENAI_API_KEY,
-# unless it is off: keep it off (or export OPENAI_AGENTS_DISABLE_TRACING=1).
-from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled  # noqa: E402
+# The OpenAI Agents SDK (pip install openai-agents), when it is installed. Tracing goes to OpenAI,
+# with OPENAI_API_KEY, unless it is off: keep it off (or export OPENAI_AGENTS_DISABLE_TRACING=1).
+if importlib.util.find_spec("agents") is None:
+    print("(pip install openai-agents to run the Agents SDK part too)")
+else:
+    from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
 
-set_tracing_disabled(True)
-agent = Agent(
-    name="coder",
-    instructions="You are a careful coding assistant.",
-    model=OpenAIChatCompletionsModel(model=MODEL, openai_client=AsyncOpenAI(base_url=BASE_URL, api_key=KEY{async_extra})),
-)
-print(Runner.run_sync(agent, "Write a Python function that reverses a string.").final_output)
+    set_tracing_disabled(True)
+    agent = Agent(
+        name="coder",
+        instructions="You are a careful coding assistant.",
+        model=OpenAIChatCompletionsModel(
+            model=MODEL, openai_client=AsyncOpenAI(base_url=BASE_URL, api_key=KEY{async_extra})
+        ),
+        model_settings={settings},
+    )
+    print(Runner.run_sync(agent, "Write a Python function that reverses a string.").final_output)
 """
 
 

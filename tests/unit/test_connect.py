@@ -256,7 +256,16 @@ def test_the_python_snippet_compiles_uses_the_endpoint_and_turns_tracing_off(cas
 @pytest.mark.proc
 @pytest.mark.parametrize(
     "model",
-    ['a "quoted" name', "colon: and # hash", "{braces}, [brackets] & *star", "ünï ☃ 模型", "yes", "123", "- dash"],
+    [
+        'a "quoted" name',
+        "colon: and # hash",
+        "{braces}, [brackets] & *star",
+        "ünï ☃ 模型",
+        "yes",
+        "123",
+        "- dash",
+        "del\x7f nel\x85 ls\u2028",
+    ],
 )
 def test_yaml_stays_valid_for_any_model_name(model, tmp_path):
     cs = settings_for(CASES[0], tmp_path, model=model)
@@ -519,11 +528,17 @@ def test_an_auto_context_that_cannot_be_read_is_one_line(tmp_path):
     assert "the context length is unknown" in env.stderr
 
 
-def test_json_and_for_together_are_bad_input(tmp_path):
-    inventory = write_inventory(tmp_path, {"box": BOX})
+def test_json_with_for_is_each_hosts_setup(tmp_path):
+    inventory = write_inventory(tmp_path, {"box": BOX, "pod": POD})
     result = podkit(tmp_path, "client", inventory, "--json", "--for", "env")
-    assert result.exit_code == 2
-    assert one_error_line(result) == "Error: --json and --for print different things: choose one"
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [(row["host"], row["agent"], row["files"], row["args"]) for row in rows] == [
+        ("box", "env", [], []),
+        ("pod", "env", [], []),
+    ]
+    assert rows[0]["env"]["PODKIT_API_KEY"] == f'"$(cat {tmp_path}/api_key)"'
+    assert KEY not in result.output
 
 
 # --- podkit tunnel, against a real sshd ------------------------------------------------------

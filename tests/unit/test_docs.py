@@ -47,7 +47,7 @@ def test_every_marker_on_every_page_expands(path):
 
 
 def test_an_unknown_marker_names_the_page_and_the_known_ones():
-    with pytest.raises(ValueError, match=r"x\.md: unknown marker podkit:setings; known: commands, exit-codes"):
+    with pytest.raises(ValueError, match=r"x\.md: unknown marker podkit:setings; known: agents, commands, exit-codes"):
         hooks.expand("<!-- podkit:setings -->", "x.md")
 
 

@@ -1,0 +1,48 @@
+"""``podkit client --for AGENT``: one renderer per agent, found by name in :data:`AGENTS`.
+
+Each entry is an :class:`~.base.Agent` (its module holds its table or template); its ``render``
+turns one host's :class:`~podkit.client.connect.ClientSettings` into a :class:`~.base.Setup`:
+the files the agent reads, the environment (the key only by reference), its flags and an example
+run. :func:`setups` renders one agent for several hosts; :mod:`.docs` writes the "Connect an
+agent" page from the same entries.
+"""
+
+from __future__ import annotations
+
+from podkit.client.connect import ClientSettings, ConnectError
+
+from . import aider, classic, claude, codex, continue_cli, goose, mini_swe_agent, opencode, qwen
+from .base import Agent, File, Setup
+
+#: Every agent ``--for`` takes, by name, in the order ``--help`` and the docs list them.
+AGENTS: dict[str, Agent] = {
+    "env": classic.ENV,
+    "hermes": classic.HERMES,
+    "llm": classic.LLM,
+    "openai": classic.OPENAI,
+    "codex": codex.AGENT,
+    "opencode": opencode.AGENT,
+    "continue": continue_cli.AGENT,
+    "aider": aider.AGENT,
+    "qwen": qwen.AGENT,
+    "goose": goose.AGENT,
+    "mini-swe-agent": mini_swe_agent.AGENT,
+    "claude": claude.AGENT,
+}
+
+
+def agent(name: str) -> Agent:
+    """The agent called ``name``; an unknown name is refused with the valid ones."""
+    try:
+        return AGENTS[name]
+    except KeyError:
+        raise ConnectError(f"unknown agent {name!r}; one of {', '.join(AGENTS)}") from None
+
+
+def setups(name: str, settings: list[ClientSettings]) -> list[Setup]:
+    """``name``'s :class:`Setup` for each host, in order."""
+    chosen = agent(name)
+    return [chosen.render(cs) for cs in settings]
+
+
+__all__ = ["AGENTS", "Agent", "File", "Setup", "agent", "setups"]

@@ -1,0 +1,197 @@
+"""What every agent's renderer returns (a :class:`Setup`) and the pieces they share.
+
+A renderer turns one host's :class:`~podkit.client.connect.ClientSettings` into the files the
+agent reads, the environment it needs (each value a shell word: the key only as
+``"$(cat KEYFILE)"`` or a reference to ``$PODKIT_API_KEY``), the flags it needs and a
+non-interactive example run. Files are written with JSON-, TOML- or YAML-safe quoting, so a
+model name or URL holding quotes or newlines stays one value.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from podkit.client.connect import ClientSettings, ConnectError, comment_text, output_limit
+
+#: What the agents' files call the key: exported once, referenced everywhere else.
+KEY_VAR = "PODKIT_API_KEY"
+#: A reference to the key for an agent that reads another variable (a shell word).
+KEY_REF = f'"${KEY_VAR}"'
+#: The placeholder of the prompt in a ``run`` example.
+PROMPT = "PROMPT"
+
+
+@dataclass(frozen=True)
+class File:
+    """One file the agent reads: ``path`` with ``~`` for the user's home, or relative to the
+    project folder the agent runs in."""
+
+    path: str
+    content: str
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What one agent needs for one host. ``env`` values are shell words (``sh`` evaluates them);
+    none is the key itself."""
+
+    host: str
+    agent: str
+    files: tuple[File, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    args: tuple[str, ...] = ()
+    run: str = ""
+    notes: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "agent": self.agent,
+            "files": [{"path": f.path, "content": f.content} for f in self.files],
+            "env": dict(self.env),
+            "args": list(self.args),
+            "run": self.run,
+            "notes": list(self.notes),
+        }
+
+    def exports(self) -> str:
+        """The environment as ``export`` lines, in order (the key first, so later lines can use it)."""
+        return "".join(f"export {name}={value}\n" for name, value in self.env.items())
+
+    def script(self) -> str:
+        """:meth:`exports` under a comment naming the agent and the host, for ``eval`` or ``source``;
+        the flags the agent needs follow as a comment."""
+        text = f"# {self.agent} for podkit host {one_line(self.host)}, from `podkit client --for {self.agent}`\n"
+        text += self.exports()
+        if self.args:
+            text += f"# {self.agent} needs these flags: {one_line(' '.join(shlex.quote(arg) for arg in self.args))}\n"
+        return text
+
+
+@dataclass(frozen=True)
+class Agent:
+    """One agent ``--for`` knows. ``render`` builds its :class:`Setup` for a host; ``title`` and
+    ``install`` name it for people (the docs are generated from these)."""
+
+    name: str
+    title: str
+    install: str
+    summary: str
+    render: Callable[[ClientSettings], Setup]
+    needs_context: bool = True
+    multi_host: bool = False
+    short: str = ""
+
+    @property
+    def called(self) -> str:
+        """What a message calls it ("Hermes", "Codex")."""
+        return self.short or self.title
+
+
+def key_env(cs: ClientSettings) -> dict[str, str]:
+    """``PODKIT_API_KEY``, read from the controller's key file when the shell evaluates it."""
+    return {KEY_VAR: f'"$(cat {shlex.quote(cs.key_file)})"'}
+
+
+def openai_env(cs: ClientSettings, ca_var: str = "SSL_CERT_FILE") -> dict[str, str]:
+    """The key, then the variables an OpenAI-compatible client reads, then ``ca_var`` naming the
+    pinned CA certificate when the edge serves TLS from its own CA."""
+    env = {**key_env(cs), "OPENAI_API_KEY": KEY_REF, "OPENAI_BASE_URL": shlex.quote(cs.base_url)}
+    return env | ca_env(cs, ca_var)
+
+
+def ca_env(cs: ClientSettings, var: str) -> dict[str, str]:
+    return {var: shlex.quote(cs.ca_file)} if cs.ca_file else {}
+
+
+def server_root(cs: ClientSettings) -> str:
+    """The base URL without its ``/v1``: what a client that adds ``/v1/...`` itself takes."""
+    return cs.base_url.removesuffix("/").removesuffix("/v1")
+
+
+def limits(cs: ClientSettings, agent: str) -> tuple[int, int]:
+    """The context and the output limit (see :func:`~podkit.client.connect.output_limit`) for
+    ``agent``, which needs the context."""
+    if cs.context_length is None:
+        raise ConnectError(
+            f"{cs.host}: the context length is unknown, and {agent} needs it: set vllm_max_model_len to a number"
+        )
+    context = int(cs.context_length)
+    return context, output_limit(context)
+
+
+def shell_word(word: str) -> str:
+    """``word`` quoted for ``sh``; the ``PROMPT`` placeholder in double quotes, and a leading ``~/``
+    left outside the quotes so the shell expands it."""
+    if word == PROMPT:
+        return '"PROMPT"'
+    if word.startswith("~/") and len(word) > 2:
+        return "~/" + shlex.quote(word[2:])
+    return shlex.quote(word)
+
+
+def command(*words: str) -> str:
+    """A shell command line of ``words`` (see :func:`shell_word`)."""
+    return " ".join(shell_word(word) for word in words)
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line of a comment (see :func:`~podkit.client.connect.comment_text`)."""
+    return comment_text(text)
+
+
+def header(cs: ClientSettings, title: str, name: str) -> str:
+    """A comment line naming the host and model (whitespace folded, so it stays one line)."""
+    return f"# {title} on podkit host {one_line(cs.host)} ({one_line(cs.model)}), from `podkit client --for {name}`\n"
+
+
+def json_text(value: Any) -> str:
+    """A JSON document: 2-space indent, non-ASCII kept."""
+    return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
+
+
+def _yaml_escaped(ch: str) -> str:
+    code = ord(ch)
+    if 0x7F <= code <= 0x9F or code in (0x2028, 0x2029, 0xFEFF, 0xFFFE, 0xFFFF):
+        return f"\\u{code:04x}"
+    return ch
+
+
+def yaml_str(value: str) -> str:
+    """A YAML scalar: a JSON string, which YAML reads as a double-quoted scalar, with the characters
+    YAML reads as line breaks or refuses as unprintable escaped too."""
+    return "".join(_yaml_escaped(ch) for ch in json.dumps(value, ensure_ascii=False))
+
+
+def toml_str(value: str) -> str:
+    """A TOML basic string: JSON's escapes, which TOML shares, plus DEL, which TOML wants escaped."""
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def where(path: str) -> str:
+    """Where ``path`` goes, for people."""
+    return path if path.startswith("~") else f"{path} (in the project folder)"
+
+
+def guide(setup: Setup, shown: File | None) -> list[str]:
+    """The comment lines that go to stderr beside ``shown`` (the file on stdout; None when the
+    exports are): where it goes, the agent's other files, the variables and the command to run."""
+    lines = []
+    if shown is not None:
+        lines.append(f"# {setup.agent}: write this to {where(shown.path)}")
+        for other in setup.files:
+            if other is not shown:
+                lines.append(
+                    f"# {setup.agent} also reads {where(other.path)}: the same command with --file {other.path} prints it"
+                )
+        if setup.env:
+            lines.append("# then, in the shell that runs it (or eval the same command with --exports):")
+            lines += [f"#   export {name}={value}" for name, value in setup.env.items()]
+    if setup.run:
+        lines.append(f"# run: {setup.run}")
+    lines += [f"# note: {note}" for note in setup.notes]
+    return lines
