@@ -32,6 +32,7 @@ WRITES_PROGRAM = (
 )
 
 
+@pytest.mark.proc
 def test_an_install_is_reused_once_marked(tmp_path, monkeypatch):
     monkeypatch.setitem(agent_installs.AGENTS, "fake", fake_agent(WRITES_PROGRAM))
     first = agent_installs.install(["fake"], tmp_path)["fake"]
@@ -42,6 +43,7 @@ def test_an_install_is_reused_once_marked(tmp_path, monkeypatch):
     assert (tmp_path / "count").read_text().count("x") == 1
 
 
+@pytest.mark.proc
 @pytest.mark.parametrize(
     "script, error",
     [
@@ -77,6 +79,7 @@ RENDERED = {
 }
 
 
+@pytest.mark.proc
 def test_a_rendered_setup_is_placed_evaluated_and_run_as_a_user_would(tmp_path):
     key_file = tmp_path / "api key"
     key_file.write_text("sk-right\n")
@@ -110,6 +113,7 @@ def test_a_run_line_without_its_args_is_refused():
         agent_runs.run_line(rendered, "hi", [])
 
 
+@pytest.mark.proc
 def test_a_turn_is_stopped_once_its_proof_is_there(tmp_path):
     s = agent_runs.Setup(
         tmp_path / "home", tmp_path, {"PATH": "/usr/bin:/bin"}, ["sh", "-c", "touch done; exec sleep 600"]
@@ -157,6 +161,7 @@ def test_an_agents_record_gives_the_parsed_call(tmp_path, parse, path, records):
     ]
 
 
+@pytest.mark.proc
 def test_the_mcp_server_lists_and_runs_get_weather(tmp_path):
     calls = tmp_path / "calls.jsonl"
     requests = [
