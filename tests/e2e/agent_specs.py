@@ -70,6 +70,10 @@ class Spec:
     stop_when: Callable[[Path], bool] | None = None
     #: the test's bound on a wrong-key run of an agent that retries a 401 for long
     wrong_extra_env: dict[str, str] = field(default_factory=dict)
+    #: its record names the call's arguments (goose prints only the tool's name)
+    shows_arguments: bool = True
+    #: files where the agent itself saves its whole environment, the key with it (under the turn's folder)
+    env_snapshots: tuple[str, ...] = ()
 
 
 # --- Codex CLI: parsed ("unsupported call: get_weather"), its rollout records the function_call ------
@@ -190,6 +194,8 @@ SPECS: dict[str, Spec] = {
         refused=r"401 Unauthorized|missing or wrong API key",
         proof="~/.codex/sessions rollout: function_call get_weather; stderr: unsupported call",
         stop_when=lambda folder: "unsupported call: get_weather" in _read(folder / "stderr.txt"),
+        # Codex snapshots its shell's environment, PODKIT_API_KEY included, for its shell tool
+        env_snapshots=("home/.codex/shell_snapshots/*",),
     ),
     "opencode": Spec(
         calls=_calls_file,
@@ -214,7 +220,9 @@ SPECS: dict[str, Spec] = {
         extra=["--output-format", "stream-json"],
         prepare=qwen_prepare,
     ),
-    "goose": Spec(calls=goose_calls, refused=r"401 Unauthorized", proof="output: ▸ get_weather, not found"),
+    "goose": Spec(
+        calls=goose_calls, refused=r"401 Unauthorized", proof="output: ▸ get_weather, not found", shows_arguments=False
+    ),
     "mini-swe-agent": Spec(
         calls=mini_calls,
         refused=r"AuthenticationError",

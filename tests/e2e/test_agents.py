@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -75,10 +76,13 @@ def turns(pod, agent_programs, tmp_path_factory):
             folder.mkdir()
             s = agent_runs.setup(rendered, agent_programs[name], folder, SPECS[name], key_file)
             started[name, kind] = (rendered, agent_runs.start(name, s))
-    done = {}
-    for (name, kind), (rendered, turn) in started.items():
-        stop_when = SPECS[name].stop_when if kind == "right" else None
-        done[name, kind] = (rendered, turn.wait(stop_when=stop_when))
+    # each waited for in its own thread, so each turn's seconds end when it does
+    with ThreadPoolExecutor(len(started)) as pool:
+        waits = {
+            (name, kind): pool.submit(turn.wait, stop_when=SPECS[name].stop_when if kind == "right" else None)
+            for (name, kind), (_, turn) in started.items()
+        }
+        done = {nk: (started[nk][0], future.result()) for nk, future in waits.items()}
     for name in NAMES:
         print(f"agent {name}: turn {done[name, 'right'][1].seconds} s, wrong key {done[name, 'wrong'][1].seconds} s")
     access = [m.groupdict() for m in ACCESS_LINE.finditer(pod.log()[log_start:])]
@@ -89,10 +93,14 @@ def folder_of(turn: agent_runs.Turn) -> Path:
     return turn.setup.home.parent
 
 
-def assert_no_key(turn: agent_runs.Turn, key: str):
+def assert_no_key(turn: agent_runs.Turn, key: str, env_snapshots: tuple[str, ...]):
+    """Not in the output, the argv or any file, but where the agent itself saves its environment."""
     assert key not in turn.output
     assert all(key not in word for word in turn.setup.argv)
-    for path in folder_of(turn).rglob("*"):
+    folder = folder_of(turn)
+    for path in folder.rglob("*"):
+        if any(path.match(str(folder / pattern)) for pattern in env_snapshots):
+            continue
         if path.is_file() and path.stat().st_size < 5_000_000:
             assert key.encode() not in path.read_bytes(), path
 
@@ -107,7 +115,7 @@ def test_agent_turn_reaches_the_endpoint_and_parses_the_tool_call(name, turns, p
     assert not re.search(spec.refused, turn.output), output
     # the key went in only through the environment, as the rendered env read it from its file
     assert turn.setup.env.get("PODKIT_API_KEY") == pod.key()
-    assert_no_key(turn, pod.key())
+    assert_no_key(turn, pod.key(), spec.env_snapshots)
 
     calls = spec.calls(folder_of(turn))
     if name == "aider":  # aider sends no tools: its answer is in its chat history
@@ -116,7 +124,9 @@ def test_agent_turn_reaches_the_endpoint_and_parses_the_tool_call(name, turns, p
         assert turn.rc == 0, output
         return
     assert calls, f"{name}: no get_weather call in {spec.proof}: {output}"
-    assert calls[0]["name"] == "get_weather" and calls[0]["arguments"]["city"] == "Paris", calls
+    assert calls[0]["name"] == "get_weather", calls
+    if spec.shows_arguments:
+        assert calls[0]["arguments"]["city"] == "Paris", calls
     if spec.executed:
         assert (folder_of(turn) / CALLS_FILE).exists()
 
@@ -140,6 +150,7 @@ def test_vllm_served_every_api_the_agents_speak_and_refused_no_context(turns):
     _, access = turns
     posts = [a for a in access if a["method"] == "POST"]
     for path, agent in APIS.items():
-        assert any(a["path"] == path and a["status"] == "200" for a in posts), (agent, path, posts)
+        # Claude Code asks for /v1/messages?beta=true
+        assert any(a["path"].split("?")[0] == path and a["status"] == "200" for a in posts), (agent, path, posts)
     refused = [a for a in access if a["status"].startswith("4") and a["path"].startswith("/v1/")]
     assert not refused, refused
