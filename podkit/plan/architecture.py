@@ -34,6 +34,7 @@ class Architecture:
     dense_layers: int = 0  # MoE models whose first layers have a dense MLP (DeepSeek's first_k_dense_replace)
     dense_intermediate_size: int = 0  # those layers' MLP width
     tied_embeddings: bool = False  # the LM head is the embedding matrix (one copy in the checkpoint)
+    model_type: str = ""  # config.json's model_type (vLLM sets some things per model type)
 
     @property
     def is_moe(self) -> bool:
@@ -67,6 +68,7 @@ class Architecture:
             # unknown: no limit from the model (vLLM then takes the tokenizer's or the user's)
             max_position_embeddings=int(c.get("max_position_embeddings") or 1 << 30),
             tied_embeddings=bool(c.get("tie_word_embeddings", False)),
+            model_type=str(config.get("model_type") or ""),
         )
         if routed > 1 and experts:  # gpt-oss names one expert's width intermediate_size
             common.update(

@@ -44,7 +44,9 @@ from podkit.plan.overheads import (  # noqa: F401 (importable from here too)
     DTYPE_BYTES,
     GIB,
     Overheads,
+    context_gib,
     fused_moe_gib,
+    graph_gib,
     warmup_fixes,
     warmup_freed_gib,
     warmup_need_gib,
@@ -181,15 +183,14 @@ def plan_memory(
     if kv_cache_dtype not in DTYPE_BYTES:
         raise PlanError(f"kv_cache_dtype must be one of {', '.join(DTYPE_BYTES)}")
     ov = overheads or Overheads.for_version(vllm_version, gpu_memory_gib, max_num_batched_tokens, max_num_seqs)
+    ov = ov.for_model(arch, gpu_memory_gib)
     weights = weight_bytes / tp
     if runtime_fp8:
         weights = weights / 2  # linear layers go to 8 bit; the download does not shrink
     kv_bytes = arch.kv_bytes_per_token(tp, DTYPE_BYTES[kv_cache_dtype])
     activation = ov.activation_gib(arch, tp)
-    non_torch = ov.non_torch_gib(tp)
+    non_torch = ov.non_torch_gib(tp, pp)
     graphs = ov.cuda_graphs
-    if pp > 1:
-        non_torch = ov.non_torch_tp_many  # stages talk over NCCL as TP ranks do
     available = gpu_memory_gib * gpu_memory_utilization - weights / GIB - activation - non_torch - graphs
     tokens = max(0, math.floor(available * GIB / kv_bytes / BLOCK) * BLOCK) if available > 0 else 0
     capacity = _context_capacity(arch, available, tp, DTYPE_BYTES[kv_cache_dtype])
@@ -253,7 +254,7 @@ def plan_memory(
         fits, reason = True, f"{tokens} KV cache tokens, {tokens / wanted:.1f} requests of {wanted} at once"
     graphs_out, sampler = warmup_need_gib(arch, ov, vllm_version)
     freed = warmup_freed_gib(ov, arch, tp, vllm_version)
-    room = warmup_room_gib(gpu_memory_gib, gpu_memory_utilization, freed)
+    room = warmup_room_gib(gpu_memory_gib, gpu_memory_utilization, freed, context_gib(tp, pp, vllm_version))
     fixes: list[str] = []
     need = graphs_out + sampler
     short = fits and need > room
@@ -276,6 +277,7 @@ def plan_memory(
             available_gib=available,
             kv_bytes_per_token=kv_bytes,
             freed=freed,
+            context=context_gib(tp, pp, vllm_version),
             freed_per_seq=ov.sampler_bytes * arch.vocab_size / GIB if freed else 0.0,
         )
     return MemoryPlan(
