@@ -190,8 +190,12 @@ def test_json_is_one_setup_per_host(name, tmp_path):
     for row in rows:
         for file in row["files"]:
             parse(file["path"], file["content"])
+        # in the JSON's own order (sorted keys): every variable that carries the key stands alone
         exports = "".join(f"export {k}={v}\n" for k, v in row["env"].items())
-        assert not row["env"] or evaluated(exports)["PODKIT_API_KEY"] == KEY
+        env = evaluated(exports) if row["env"] else {}
+        assert not row["env"] or env["PODKIT_API_KEY"] == KEY
+        for var in ("OPENAI_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
+            assert var not in row["env"] or env[var] == KEY, (name, var)
 
 
 @pytest.mark.proc

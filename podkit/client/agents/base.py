@@ -53,11 +53,19 @@ class Setup:
             "host": self.host,
             "agent": self.agent,
             "files": [{"path": f.path, "content": f.content} for f in self.files],
-            "env": dict(self.env),
+            "env": self.standalone_env(),
             "args": list(self.args),
             "run": self.run,
             "notes": list(self.notes),
         }
+
+    def standalone_env(self) -> dict[str, str]:
+        """The environment with every reference to the key (``"$PODKIT_API_KEY"``) replaced by
+        what the key variable itself holds (``"$(cat KEYFILE)"``), so each value stands alone: a
+        JSON object has no order (podkit's JSON sorts its keys), and a reader that exports the
+        variables in another order than :meth:`exports` still gets the key in each."""
+        own = self.env.get(KEY_VAR)
+        return {name: own if own and value == KEY_REF else value for name, value in self.env.items()}
 
     def exports(self) -> str:
         """The environment as ``export`` lines, in order (the key first, so later lines can use it)."""
