@@ -773,7 +773,7 @@ def started_here(pid, root):
     return any(item.startswith(keys) and item.split("=", 1)[1].startswith(root + "/") for item in env)
 
 
-def engine_orphans(cfg, server_pid):
+def engine_orphans(cfg, server_pid, table=None):
     """vLLM engines that outlived their server, each with everything under it.
 
     An orphan is a process of this user that a podkit launch on this volume started (its
@@ -783,7 +783,7 @@ def engine_orphans(cfg, server_pid):
     it was re-parented to PID 1 or a subreaper). Each: pid, start time (so a kill hits that very
     process), title, the pids under it, and the memory they hold (resident bytes, and GPU MiB
     where nvidia-smi tells)."""
-    table = proc_table()
+    table = proc_table() if table is None else table
     root = os.path.dirname(cfg["run_dir"].rstrip("/")) if cfg.get("run_dir") else None
     ours = subtree(table, server_pid) if server_pid else set()
     old = (read_text(os.path.join(cfg["run_dir"], "vllm.pid")) or "").split() if cfg.get("run_dir") else []
@@ -852,6 +852,118 @@ def reap(cfg):
     send(killed, signal.SIGKILL)
     time.sleep(0.2 if killed else 0)
     return {"stopped": sorted(targets), "killed": killed, "left": alive(), "errors": errors}
+
+
+# --- processes: podkit's programs that run outside the supervisor that runs now -----------------
+
+STRAY_TITLES = {
+    "vllm": "the launch script",
+    "edge": "the edge (Caddy)",
+    "idle": "the idle watcher",
+    "supervisord": "a second supervisord",
+}
+
+
+def program_kind(argv, files, conf):
+    """Which of podkit's programs ``argv`` runs from this volume's files: the launch script
+    (vLLM, or a router host's router), the edge (its script, or the Caddy it execs), the idle
+    watcher, supervisord with this volume's config; None for anything else (``idle.py --stop``
+    from ``podkit down``, podctl itself, whose JSON argument only mentions the paths)."""
+    if not argv:
+        return None
+    if files.get("launch") and argv[-1] == files["launch"]:
+        return "vllm"
+    if files.get("edge") and argv[-1] == files["edge"]:
+        return "edge"
+    if files.get("caddyfile") and "run" in argv and files["caddyfile"] in argv:
+        return "edge"
+    if files.get("idle") and argv[-2:] == [files["idle"], files.get("idle_config")]:
+        return "idle"
+    if conf and conf in argv and any(os.path.basename(part) == "supervisord" for part in argv):
+        return "supervisord"
+    return None
+
+
+def in_unit(pid, units):
+    """The process runs in the cgroup of one of podkit's systemd ``units`` (systemd supervises it)."""
+    text = read_text("/proc/%d/cgroup" % pid) or ""
+    return any(unit and "/" + unit in text for unit in units)
+
+
+def program_strays(cfg, table):
+    """podkit's programs that run from this volume's files outside the supervisor that runs now:
+    the programs of a supervisord that died (SIGKILL leaves them re-parented to PID 1, still
+    serving, with the key they started with), their children, a leftover edge, a second
+    supervisord. Under the live supervisord's tree, or in a podkit unit's cgroup, is supervised;
+    podctl's own line of ancestors is left alone. Each stray: pid, start time, ``program``, its
+    title, and every pid under it (what a reap stops), like an orphaned engine."""
+    files = cfg.get("program_files") or {}
+    sup = cfg.get("supervisord") or {}
+    if not files and not sup.get("conf"):
+        return []
+    keep = set()
+    live = supervisord_pid(sup)
+    if live:
+        keep |= subtree(table, live)
+    pid = os.getpid()
+    while pid in table and pid not in keep:
+        keep.add(pid)
+        pid = table[pid]["ppid"]
+    units = [cfg.get(key) for _, key in UNIT_KEYS]
+    uid = os.getuid()
+    kinds = {}
+    for pid, info in table.items():
+        if pid in keep or info["uid"] != uid:
+            continue
+        kind = program_kind(info["argv"], files, sup.get("conf"))
+        if kind and not in_unit(pid, units):
+            kinds[pid] = kind
+
+    def under_another(pid):
+        parent = table[pid]["ppid"]
+        seen = set()
+        while parent in table and parent not in seen:
+            if parent in kinds:
+                return True
+            seen.add(parent)
+            parent = table[parent]["ppid"]
+        return False
+
+    found = []
+    for pid in sorted(kinds):
+        if under_another(pid):
+            continue
+        tree = sorted(subtree(table, pid))
+        info = table[pid]
+        found.append(
+            {
+                "pid": pid,
+                "start": info["start"],
+                "program": kinds[pid],
+                "stray": True,
+                "title": STRAY_TITLES[kinds[pid]],
+                "command": " ".join(os.path.basename(part) for part in info["argv"])[:120],
+                "pgid": info["pgid"],
+                "pids": tree,
+                "rss_bytes": sum(table[p]["rss_bytes"] for p in tree),
+                "gpu_mib": None,
+            }
+        )
+    return found
+
+
+def leftovers(cfg, server_pid):
+    """What the deploy stops before any start (``reap``), and status and verify name: podkit's
+    programs outside its supervisor (:func:`program_strays`) first, then the vLLM engines that
+    outlived their server (:func:`engine_orphans`) that are not under one of those."""
+    table = proc_table()
+    strays = program_strays(cfg, table)
+    if strays:
+        gpu = gpu_memory_mib()
+        for stray in strays:
+            stray["gpu_mib"] = sum(gpu.get(p, 0) for p in stray["pids"]) if gpu else None
+    covered = set(pid for stray in strays for pid in stray["pids"])
+    return strays + [o for o in engine_orphans(cfg, server_pid, table) if o["pid"] not in covered]
 
 
 # --- one deploy per host at a time --------------------------------------------------------------
@@ -1163,7 +1275,7 @@ def probe(cfg):
         "cache_problems": cache_problems(cfg.get("hub_cache")),
         "fetch_running": bool(fetch_running(cfg)),
         "hub_repos": repo_sizes(cfg.get("hub_cache")),
-        "orphans": engine_orphans(cfg, runner["vllm_pid"]),
+        "orphans": leftovers(cfg, runner["vllm_pid"]),
         "cluster": cluster_facts(cfg["cluster"]) if cfg.get("cluster") else None,
         # last: what it creates (run/, the lock file) is not mistaken for what the deploy made
         "lock": deploy_lock(cfg),
@@ -1492,7 +1604,7 @@ def describe(cfg):
         if cfg.get("routes")
         else None,
         # vLLM engines that outlived their server, holding memory the next start needs
-        "orphans": engine_orphans(cfg, runner["vllm_pid"]),
+        "orphans": leftovers(cfg, runner["vllm_pid"]),
         # a router host: each replica, and whether the router has it in (its own health checks)
         "router": router_workers(cfg) if cfg.get("replicas_file") else None,
     }
