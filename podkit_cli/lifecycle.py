@@ -133,7 +133,8 @@ def status(inventory, host_names, as_json):
     time since it booted.
 
     \b
-    Exit codes: 0 every host read, 1 a host could not be read.
+    Exit codes: 0 every host read and every program it promises runs, 1 a host could not be
+    read or has a problem (a program its supervisor does not run, a process outside it).
 
     \b
     podkit status inventories/runpod.py
@@ -155,7 +156,7 @@ def status(inventory, host_names, as_json):
             click.echo("\n".join(describe(row, inventory)))
 
     emit({row.host: row.as_dict() for row in found} if as_json else found, as_json, human)
-    if any(row.error for row in found):
+    if any(row.error or row.problems for row in found):
         sys.exit(1)
 
 

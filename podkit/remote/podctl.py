@@ -1603,8 +1603,12 @@ def describe(cfg):
         "routes": (openapi_routes(cfg["port"]) or openapi_routes((cfg.get("edge") or {}).get("port") or 0))
         if cfg.get("routes")
         else None,
-        # vLLM engines that outlived their server, holding memory the next start needs
+        # vLLM engines that outlived their server, holding memory the next start needs, and
+        # podkit's programs running outside its supervisor (a supervisord that died left them)
         "orphans": leftovers(cfg, runner["vllm_pid"]),
+        # what supervises: its pid and each program's state (a watcher that is not running stops nothing)
+        "supervisor_pid": runner["pid"],
+        "programs": runner["programs"],
         # a router host: each replica, and whether the router has it in (its own health checks)
         "router": router_workers(cfg) if cfg.get("replicas_file") else None,
     }
@@ -1673,6 +1677,14 @@ def supervise(cfg):
         done.append("stopped supervisord (its config changed)")
         pid = None
     if not pid:
+        strays = program_strays(cfg, proc_table())
+        if strays:  # one supervisor per volume: what a dead one left must be gone first (the deploy reaps it)
+            named = ", ".join("%s pid %d" % (s["title"], s["pid"]) for s in strays)
+            return {
+                "ok": False,
+                "error": "%s still run(s) outside the supervisor; stop them (kill %s)"
+                % (named, " ".join(str(p) for s in strays for p in s["pids"])),
+            }
         reset_crashes(run_dir)
         out = subprocess.run(
             [sup["bin"], "-c", sup["conf"]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
@@ -1759,6 +1771,23 @@ def status(cfg):
         "startup": startup_lines(cfg.get("log_file"), cfg.get("startup_needles") or []),
         "starts": last_lines_json(cfg.get("starts_file"), 2),
         "startup_plans": startup_plans(cfg.get("startup_plans")),
+        **supervision(cfg, runner),
+    }
+
+
+def supervision(cfg, runner):
+    """What status and verify say of the supervision itself: which supervisor, the last log line
+    of each program that is not running (why it is not), and the processes that run outside it
+    (:func:`leftovers`)."""
+    said = {}
+    for name, path in sorted((cfg.get("program_logs") or {}).items()):
+        if runner["programs"].get(name) not in ("RUNNING", "ACTIVE"):
+            tail = log_lines(path, 1)
+            said[name] = tail[-1][-240:] if tail else None
+    return {
+        "supervisor": cfg.get("supervisor") or "supervisord",
+        "program_said": said,
+        "leftovers": leftovers(cfg, runner["vllm_pid"]),
     }
 
 
