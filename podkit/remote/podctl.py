@@ -1607,8 +1607,10 @@ def describe(cfg):
         # podkit's programs running outside its supervisor (a supervisord that died left them)
         "orphans": leftovers(cfg, runner["vllm_pid"]),
         # what supervises: its pid and each program's state (a watcher that is not running stops nothing)
+        "supervisor": cfg.get("supervisor") or "supervisord",
         "supervisor_pid": runner["pid"],
         "programs": runner["programs"],
+        "program_said": program_said(cfg, runner),
         # a router host: each replica, and whether the router has it in (its own health checks)
         "router": router_workers(cfg) if cfg.get("replicas_file") else None,
     }
@@ -1779,16 +1781,21 @@ def supervision(cfg, runner):
     """What status and verify say of the supervision itself: which supervisor, the last log line
     of each program that is not running (why it is not), and the processes that run outside it
     (:func:`leftovers`)."""
+    return {
+        "supervisor": cfg.get("supervisor") or "supervisord",
+        "program_said": program_said(cfg, runner),
+        "leftovers": leftovers(cfg, runner["vllm_pid"]),
+    }
+
+
+def program_said(cfg, runner):
+    """{program: its log's last line} of each program the supervisor does not say runs."""
     said = {}
     for name, path in sorted((cfg.get("program_logs") or {}).items()):
         if runner["programs"].get(name) not in ("RUNNING", "ACTIVE"):
             tail = log_lines(path, 1)
             said[name] = tail[-1][-240:] if tail else None
-    return {
-        "supervisor": cfg.get("supervisor") or "supervisord",
-        "program_said": said,
-        "leftovers": leftovers(cfg, runner["vllm_pid"]),
-    }
+    return said
 
 
 def last_lines_json(path, count):
