@@ -41,7 +41,15 @@ from podkit.host.probe import (
     server_config,
 )
 from podkit.host.profile import device_of, wait_profile
-from podkit.host.render import edge_problems, host_files, reuse_key, router_files, serve_argv, server_env
+from podkit.host.render import (
+    edge_problems,
+    host_files,
+    idle_config_problems,
+    reuse_key,
+    router_files,
+    serve_argv,
+    server_env,
+)
 from podkit.host.router import port_problems, replicas_of, router_ports, router_problems
 from podkit.host.startup import plan_record
 from podkit.keys import ApiKeyError, ensure_key, file_content, key_digest, read_hf_token
@@ -174,6 +182,7 @@ if settings.role == "server":
         problems=pod.lock_problems()
         + host_problems(settings, pod, needs_install=found is None)
         + edge_problems(way)
+        + idle_config_problems(settings, host.name, host.data.get("runpod_pod_id"))
         + launch.problems
         + (cluster.problems if cluster else []),
         summary="; ".join(filter(None, [launch.summary(), cluster and cluster.summary(), pod.lock_note()])),

@@ -911,11 +911,13 @@ def program_strays(cfg, table):
         pid = table[pid]["ppid"]
     units = [cfg.get(key) for _, key in UNIT_KEYS]
     uid = os.getuid()
+    # the edge as its script recorded it (Caddy, whatever its argv), and every process run from the files
+    edge = pid_alive(read_text(os.path.join(cfg["run_dir"], "edge.pid"))) if cfg.get("run_dir") else None
     kinds = {}
     for pid, info in table.items():
         if pid in keep or info["uid"] != uid:
             continue
-        kind = program_kind(info["argv"], files, sup.get("conf"))
+        kind = "edge" if pid == edge else program_kind(info["argv"], files, sup.get("conf"))
         if kind and not in_unit(pid, units):
             kinds[pid] = kind
 

@@ -26,8 +26,11 @@ import pytest
 
 from podkit.client.targets import way_in
 from podkit.host import render
+from podkit.host.diagnose import diagnose
 from podkit.host.probe import parse_probe, podctl_command, probe_config, server_config
 from podkit.host.readiness import WaitResult, wait_config
+from podkit.host.status import host_status, parse_status, status_config
+from podkit.host.supervision import status_problems
 from podkit.plan.hostplan import HostPlan
 from podkit.remote import podctl
 from podkit.settings import PackageSpec
@@ -509,3 +512,72 @@ def test_launch_sh_passes_on_the_status_of_a_vllm_that_exits_at_once(pod):
         assert line[0].endswith("podkit: vLLM exited with status 3")
     finally:
         end_group(launch)
+
+
+# --- issue 27: one supervisor per volume, never an empty key, no promise without its process -----
+
+
+def test_an_empty_key_file_stops_the_launch_script_before_vllm_with_one_line(pod):
+    """vLLM takes an empty VLLM_API_KEY for no key at all: the launch script refuses to start it."""
+    box = pod()
+    Path(box.paths.api_key).write_text("")
+    launch = launch_alone(box, f"touch {shlex.quote(str(box.control / 'vllm-ran'))}\nsleep 30\n")
+    try:
+        assert launch.wait(timeout=10) == 1
+    finally:
+        end_group(launch)
+    assert not (box.control / "vllm-ran").exists() and "podkit: starting vLLM" not in box.log()
+    assert f"podkit: the API key file {box.paths.api_key} is empty; re-apply" in box.log()
+    found = diagnose(box.log().splitlines())
+    assert found and found.line().startswith("the API key file on the host is empty")
+    edge = subprocess.run([box.paths.edge_script], capture_output=True, text=True, timeout=10)
+    assert edge.returncode == 1 and f"the API key file {box.paths.api_key} is empty" in edge.stderr
+    assert not (box.control / "caddy-ran").exists()
+
+
+def test_after_supervisord_is_killed_its_programs_are_strays_that_supervise_will_not_start_beside(pod):
+    """kill -9 supervisord: its programs run on, re-parented. The probe names each as a stray,
+    supervise refuses to start a second supervisord beside them, and once they are reaped it
+    starts one, whose programs are then the only ones."""
+    box = pod()
+    box.supervise()
+    vllm, edge = box.running()
+    old = box.supervisord()
+    os.kill(old, signal.SIGKILL)
+    wait_for(lambda: not box.supervisord(), 10, "supervisord gone")
+    state = box.probe()
+    strays = {o["program"]: o for o in state.orphans if o.get("stray")}
+    assert set(strays) == {"vllm", "edge", "idle"}, state.orphans
+    assert vllm in strays["vllm"]["pids"] and strays["edge"]["pid"] == edge
+    assert state.stray_programs() == {"vllm", "edge", "idle"}
+    refused = box.supervise()
+    assert not refused["ok"] and "still run(s) outside the supervisor" in refused["error"]
+    assert f"the edge (Caddy) pid {edge}" in refused["error"] and not box.supervisord()
+    cfg = {"orphans": [{"pid": o["pid"], "start": o["start"]} for o in state.orphans], "timeout": 5}
+    assert json.loads(box.podctl("reap", cfg))["left"] == []
+    assert box.supervise() == {"ok": True, "done": ["started supervisord"]}
+    new_vllm, new_edge = box.running()
+    assert (new_vllm, new_edge) != (vllm, edge) and not live(vllm) and not live(edge)
+    assert not [o for o in box.probe().orphans if o.get("stray")]
+
+
+def test_an_idle_config_the_watcher_cannot_read_leaves_it_fatal_and_status_says_so(pod):
+    """A malformed bin/idle.json: the watcher says one line and exits; supervisord leaves it FATAL;
+    status shows no deadline but the problem, with that line and the fix."""
+    box = pod(podkit_start_retries=1)
+    config = json.loads(Path(box.paths.idle_config).read_text())
+    Path(box.paths.idle_config).write_text(json.dumps({**config, "idle_seconds": float("nan")}))
+    box.supervise()
+    wait_for(lambda: box.programs().get("idle") == "FATAL", 20, "the watcher FATAL")
+    said = Path(box.paths.idle_log).read_text().splitlines()
+    assert said[-1].endswith(
+        f"podkit-idle: {box.paths.idle_config}: idle_seconds must be a finite number from 0 to 31622400 (got nan); "
+        "re-apply (podkit up), which writes a valid one"
+    )
+    remote = parse_status(box.podctl("status", status_config(box.settings, "box")))
+    problems = status_problems(remote)
+    assert problems == [
+        "the idle watcher is FATAL under supervisord: nothing stops the server (or the pod) when it is idle: it bills "
+        f"until stopped by hand; its log says: {said[-1]}; fix that and re-apply (podkit up)"
+    ]
+    assert host_status("box", box.settings, remote).idle_stop_in_minutes is None
