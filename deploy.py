@@ -406,6 +406,8 @@ if settings.role == "server":
             and not restart_edge,
             pin=way.tls == "internal" and not pod.ca_root,
             profile=profile,
+            # supervise starts the exit count again at a restart; a server left running keeps its own
+            crashes_before=0 if restarted and not systemd else pod.crashes,
         )
 
 else:

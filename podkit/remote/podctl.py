@@ -1303,14 +1303,17 @@ def wait(cfg):
             state["health"] == 200 and cfg["served_model_name"] in (state["models"] or []) and edge.get("health") == 200
         )
         runner = supervisor_state(cfg)
-        crashed = runner["crashes"] >= cfg.get("crash_limit", 2) and not runner["vllm_pid"]
+        since = runner["crashes"] - cfg.get("crashes_before", 0)  # exits before the wait are not this start's
+        crashed = since >= cfg.get("crash_limit", 2) and not runner["vllm_pid"]
+        # stopped on purpose (podkit down, the idle watcher) while the deploy waits: no point waiting
+        stopped = stopped_on_purpose(cfg, runner)
         fatal = runner["programs"].get(cfg.get("program", "vllm")) in ("FATAL", "FAILED") or runner["programs"].get(
             "edge"
         ) in (
             "FATAL",
             "FAILED",
         )
-        trouble = not runner["pid"] or crashed or fatal
+        trouble = not runner["pid"] or crashed or fatal or bool(stopped)
         if ready or trouble or time.time() >= deadline:
             break
         time.sleep(1)
@@ -1318,6 +1321,8 @@ def wait(cfg):
     state.update(
         ready=ready,
         runner=runner,
+        crashes_before=cfg.get("crashes_before", 0),
+        stopped=None if ready else stopped,
         ca_root=read_text(cfg["ca_root"]) if ready and cfg.get("ca_root") else None,
         last_log_line=tail[-1][-240:] if tail else None,
         log_tail=None if ready else start_lines(cfg["log_file"], cfg.get("tail_lines", 60)),
@@ -1372,6 +1377,15 @@ def write_atomically(path, text):
     with open(tmp, "w") as handle:
         handle.write(text)
     os.replace(tmp, path)
+
+
+def stopped_on_purpose(cfg, runner):
+    """The stop marker (by, why, at) when the server program is stopped and the marker says it was
+    on purpose; None otherwise (a marker the next start has not removed yet is no stop)."""
+    program = runner["programs"].get(cfg.get("program", "vllm"))
+    if program not in ("STOPPED", "STOPPING", "INACTIVE", "DEACTIVATING") or runner["vllm_pid"]:
+        return None
+    return read_json_dict(cfg["stopped_file"]) if cfg.get("stopped_file") else None
 
 
 def process_argv(pid):

@@ -581,3 +581,62 @@ def test_an_idle_config_the_watcher_cannot_read_leaves_it_fatal_and_status_says_
         f"until stopped by hand; its log says: {said[-1]}; fix that and re-apply (podkit up)"
     ]
     assert host_status("box", box.settings, remote).idle_stop_in_minutes is None
+
+
+def waited(crashes=0, crashes_before=0, vllm_pid=None, programs=None, stopped=None):
+    """``podctl wait``'s answer for a server that does not answer yet."""
+    return WaitResult.parse(
+        json.dumps(
+            {
+                "ready": False,
+                "health": None,
+                "models": None,
+                "runner": {
+                    "pid": 4101,
+                    "vllm_pid": vllm_pid,
+                    "crashes": crashes,
+                    "programs": programs or {"vllm": "RUNNING", "edge": "RUNNING", "idle": "RUNNING"},
+                },
+                "crashes_before": crashes_before,
+                "stopped": stopped,
+                "log_tail": [],
+            }
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    "result, hopeless, says",
+    [
+        # three exits counted before the re-apply, the server between two starts: not this start's crashes
+        (waited(crashes=3, crashes_before=3), False, "vLLM did not answer within"),
+        (waited(crashes=4, crashes_before=3), False, "vLLM did not answer within"),
+        (waited(crashes=5, crashes_before=3), True, "vLLM exited 2 times after"),
+        (waited(crashes=2), True, "vLLM exited 2 times after"),
+        (waited(crashes=5, crashes_before=0, vllm_pid=4230), False, "vLLM did not answer within"),
+        (
+            waited(
+                programs={"vllm": "STOPPED", "edge": "RUNNING", "idle": "RUNNING"},
+                stopped={"by": "podkit down", "why": "stopped with podkit down", "at": 1},
+            ),
+            True,
+            "vLLM was stopped on purpose while the deploy waited for it (podkit down: stopped with podkit down); "
+            "re-apply (podkit up) to start it",
+        ),
+    ],
+)
+def test_readiness_gives_up_on_this_starts_crashes_and_on_a_stop_on_purpose_only(result, hopeless, says):
+    settings = settings_for(Path("/v"))
+    assert result.hopeless is hopeless
+    assert result.failure(settings, 30).startswith(says)
+
+
+def test_a_server_stopped_with_podkit_down_during_the_wait_ends_the_wait_saying_so(pod):
+    box = pod()
+    box.supervise()
+    box.running()
+    down = json.loads(box.podctl("down", status_config(box.settings, "box")))
+    assert down["ok"], down
+    result = box.wait(window=30)
+    assert result.hopeless and result.stopped["by"] == "podkit down"
+    assert result.failure(box.settings, 3).startswith("vLLM was stopped on purpose while the deploy waited")
