@@ -201,7 +201,7 @@ def down(inventory, host_names):
             continue
         finally:
             host.disconnect()
-        answer = parse_status_line(result.stdout)
+        answer = parse_status_line(result.stdout, result.stderr, result.status)
         if not answer.get("ok"):
             click.echo(clean(f"{host.name}: cannot stop the server: {answer.get('error')}"), err=True)
             failed = True
@@ -212,12 +212,17 @@ def down(inventory, host_names):
     sys.exit(1 if failed else 0)
 
 
-def parse_status_line(output: str) -> dict:
-    """podctl down's JSON line (its last), or {"ok": False, "error"} for anything else."""
+def parse_status_line(output: str, errors: str = "", status: int = 0) -> dict:
+    """podctl down's JSON line, or one line saying what came back instead (its last error line)."""
     try:
         answer = json.loads(output.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return {"ok": False, "error": output.strip()[-200:] or "podctl printed nothing"}
+        said = (errors.strip().splitlines() or [""])[-1][-200:]
+        text = output.strip()[-200:]
+        return {
+            "ok": False,
+            "error": text or f"podctl down exited {status} without an answer" + (f": {said}" if said else ""),
+        }
     if not isinstance(answer, dict):
         return {"ok": False, "error": f"podctl answered something else: {output.strip()[-200:]}"}
     return answer

@@ -42,6 +42,9 @@ def status_config(settings: Settings, name: str) -> dict[str, Any]:
         "startup_needles": list(STARTUP_NEEDLES),
         "starts_file": paths.starts_record,
         "startup_plans": posixpath.join(paths.cache_env()["VLLM_CACHE_ROOT"], "startup_plan"),
+        # podctl down waits for a deploy of the host to end, and holds its lock while it stops
+        "lock": {"path": paths.deploy_lock, "volume": settings.volume},
+        "lock_wait": 120,
     }
 
 

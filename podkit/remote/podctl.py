@@ -1858,20 +1858,73 @@ def down(cfg):
     """Stop vLLM on purpose (``podkit down``), leaving the edge up to say so. The stop is the idle
     watcher's own (``idle.py CONFIG --stop``: the marker the edge reads, then the program through
     the supervisor that runs it), so there is one way to stop a server on purpose."""
+    waited = down_lock(cfg)
+    if isinstance(waited, dict):
+        return waited
     runner = supervisor_state(cfg)
     if not runner["vllm_pid"] and runner["programs"].get("vllm") not in ("RUNNING", "STARTING", "BACKOFF"):
         return {"ok": True, "done": "vLLM was not running"}
-    out = subprocess.run(
-        [cfg["python"], cfg["idle_script"], cfg["idle_config"], "--stop"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    if not os.path.isfile(cfg["idle_script"]):
+        return {
+            "ok": False,
+            "error": "the idle watcher's program %s is missing, and the stop goes through it; re-apply (podkit up) "
+            "to restore podkit's files, then run podkit down again" % cfg["idle_script"],
+        }
+    # idle.py is standard library only: with the venv gone (deleted, or being reinstalled), this Python runs it
+    python = cfg["python"] if os.access(cfg["python"], os.X_OK) else sys.executable
+    try:
+        out = subprocess.run(
+            [python, cfg["idle_script"], cfg["idle_config"], "--stop"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=170,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"ok": False, "error": "%s %s --stop: %s" % (python, cfg["idle_script"], exc)}
     said = out.stdout.decode(errors="replace").strip()
     try:
         return json.loads(said.splitlines()[-1])
     except (ValueError, IndexError):
-        return {"ok": False, "error": said[-300:] or "idle.py --stop printed nothing"}
+        return {"ok": False, "error": said[-300:] or "idle.py --stop printed nothing (exit %d)" % out.returncode}
+
+
+def down_lock(cfg):
+    """Wait (up to ``lock_wait`` seconds) for a deploy on this volume to end, and hold its lock
+    (the flock on the volume folder, as :func:`deploy_lock` takes it) until podctl exits, so a
+    stop and a deploy never interleave. An error dict when a deploy still holds it; None when
+    the lock is held now or none can be taken here (no volume folder, no flock)."""
+    spec = cfg.get("lock") or {}
+    if not spec.get("volume"):
+        return None
+    try:
+        fd = os.open(spec["volume"], os.O_RDONLY)
+    except OSError:
+        return None
+    deadline = time.time() + cfg.get("lock_wait", 120)
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd  # kept open: released when podctl exits
+        except BlockingIOError:
+            if time.time() >= deadline:
+                holder = (read_holder_file(spec["path"]) or {}).get("controller") or {}
+                os.close(fd)
+                return {
+                    "ok": False,
+                    "error": "a deploy holds this host (%s@%s, pid %s) and did not end within %d s; wait for it "
+                    "to end, then run podkit down again"
+                    % (
+                        holder.get("user", "?"),
+                        holder.get("host", "?"),
+                        holder.get("pid", "?"),
+                        cfg.get("lock_wait", 120),
+                    ),
+                }
+            time.sleep(0.5)
+        except OSError:
+            os.close(fd)
+            return None
 
 
 def openapi_routes(port):

@@ -640,3 +640,45 @@ def test_a_server_stopped_with_podkit_down_during_the_wait_ends_the_wait_saying_
     result = box.wait(window=30)
     assert result.hopeless and result.stopped["by"] == "podkit down"
     assert result.failure(box.settings, 3).startswith("vLLM was stopped on purpose while the deploy waited")
+
+
+def test_podkit_down_waits_for_a_deploys_lock_and_stops_without_the_venvs_python_or_says_what_is_missing(pod):
+    import fcntl
+
+    box = pod()
+    box.supervise()
+    box.running()
+    cfg = status_config(box.settings, "box")
+    held = os.open(box.settings.volume, os.O_RDONLY)  # a deploy's lock on the volume folder
+    fcntl.flock(held, fcntl.LOCK_EX)
+    try:
+        refused = json.loads(box.podctl("down", {**cfg, "lock_wait": 1}))
+    finally:
+        os.close(held)
+    assert not refused["ok"] and refused["error"].startswith("a deploy holds this host (")
+    assert refused["error"].endswith("did not end within 1 s; wait for it to end, then run podkit down again")
+    assert box.programs()["vllm"] == "RUNNING"
+    os.rename(box.paths.idle_script, box.paths.idle_script + ".away")
+    missing = json.loads(box.podctl("down", cfg))
+    assert missing == {
+        "ok": False,
+        "error": f"the idle watcher's program {box.paths.idle_script} is missing, and the stop goes through it; "
+        "re-apply (podkit up) to restore podkit's files, then run podkit down again",
+    }
+    os.rename(box.paths.idle_script + ".away", box.paths.idle_script)
+    os.unlink(Path(box.paths.venv) / "bin" / "python")  # the venv's Python gone: idle.py runs on podctl's
+    done = json.loads(box.podctl("down", cfg))
+    assert done["ok"] and done["done"].startswith("stopped vLLM"), done
+    assert box.programs()["vllm"] == "STOPPED"
+
+
+def test_podkit_down_says_in_one_line_what_came_back_instead_of_an_answer():
+    from podkit_cli.lifecycle import parse_status_line
+
+    assert parse_status_line("", "Traceback ...\nFileNotFoundError: [Errno 2] python\n", 1) == {
+        "ok": False,
+        "error": "podctl down exited 1 without an answer: FileNotFoundError: [Errno 2] python",
+    }
+    assert parse_status_line("", "", 255) == {"ok": False, "error": "podctl down exited 255 without an answer"}
+    assert parse_status_line('{"ok": true, "done": "stopped vLLM"}\n') == {"ok": True, "done": "stopped vLLM"}
+    assert parse_status_line("[1]\n")["error"] == "podctl answered something else: [1]"
