@@ -880,6 +880,7 @@ def spawned(argv: list[str]) -> subprocess.Popen:
     raise AssertionError(f"{argv} did not start")
 
 
+@pytest.mark.proc
 def test_programs_a_dead_supervisord_left_are_strays_with_their_children_and_reap_stops_them(tmp_path):
     import signal
     import time

@@ -380,6 +380,7 @@ def test_the_watcher_checks_its_config_before_it_promises_anything(changes, prob
     assert found == problem if problem is None else found.startswith(problem), found
 
 
+@pytest.mark.proc
 def test_the_watcher_refuses_a_config_it_cannot_read_in_one_line_and_the_deploy_refuses_to_write_one(tmp_path):
     from podkit.host.render import idle_config_problems
     from tests.helpers import settings

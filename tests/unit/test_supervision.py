@@ -517,6 +517,7 @@ def test_launch_sh_passes_on_the_status_of_a_vllm_that_exits_at_once(pod):
 # --- issue 27: one supervisor per volume, never an empty key, no promise without its process -----
 
 
+@pytest.mark.proc
 def test_an_empty_key_file_stops_the_launch_script_before_vllm_with_one_line(pod):
     """vLLM takes an empty VLLM_API_KEY for no key at all: the launch script refuses to start it."""
     box = pod()
@@ -535,6 +536,7 @@ def test_an_empty_key_file_stops_the_launch_script_before_vllm_with_one_line(pod
     assert not (box.control / "caddy-ran").exists()
 
 
+@pytest.mark.proc
 def test_after_supervisord_is_killed_its_programs_are_strays_that_supervise_will_not_start_beside(pod):
     """kill -9 supervisord: its programs run on, re-parented. The probe names each as a stray,
     supervise refuses to start a second supervisord beside them, and once they are reaped it
@@ -561,6 +563,7 @@ def test_after_supervisord_is_killed_its_programs_are_strays_that_supervise_will
     assert not [o for o in box.probe().orphans if o.get("stray")]
 
 
+@pytest.mark.proc
 def test_an_idle_config_the_watcher_cannot_read_leaves_it_fatal_and_status_says_so(pod):
     """A malformed bin/idle.json: the watcher says one line and exits; supervisord leaves it FATAL;
     status shows no deadline but the problem, with that line and the fix."""
@@ -631,6 +634,7 @@ def test_readiness_gives_up_on_this_starts_crashes_and_on_a_stop_on_purpose_only
     assert result.failure(settings, 30).startswith(says)
 
 
+@pytest.mark.proc
 def test_a_server_stopped_with_podkit_down_during_the_wait_ends_the_wait_saying_so(pod):
     box = pod()
     box.supervise()
@@ -642,6 +646,7 @@ def test_a_server_stopped_with_podkit_down_during_the_wait_ends_the_wait_saying_
     assert result.failure(box.settings, 3).startswith("vLLM was stopped on purpose while the deploy waited")
 
 
+@pytest.mark.proc
 def test_podkit_down_waits_for_a_deploys_lock_and_stops_without_the_venvs_python_or_says_what_is_missing(pod):
     import fcntl
 
