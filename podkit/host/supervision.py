@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from podkit.host.probe import orphan_line
+from podkit.text import clean
 
 #: a program that runs (supervisord's RUNNING, systemd's active), or is starting (a moment after a start)
 RUNS = ("RUNNING", "ACTIVE")
@@ -52,7 +53,7 @@ def program_problems(
         )
     elif "error" in programs:
         problems.append(
-            f"{supervisor} does not answer on its socket ({programs['error']}); re-apply (podkit up) to restart it"
+            f"{supervisor} does not answer on its socket ({clean(programs['error'])}); re-apply (podkit up) to restart it"
         )
     for name in ("router", "edge", "idle"):
         state = programs.get(name)
@@ -60,13 +61,13 @@ def program_problems(
             continue
         if supervisor == "systemd" and state not in SYSTEMD_DOWN:
             continue
-        line = said.get(name)
+        line = clean(said.get(name) or "")
         problems.append(
-            f"{WHAT[name]} is {state} under {supervisor}: {WHY[name]}"
+            f"{WHAT[name]} is {clean(state)} under {supervisor}: {WHY[name]}"
             + (f"; its log says: {line}" if line else "")
             + "; fix that and re-apply (podkit up)"
         )
-    problems += [orphan_line(found) for found in leftovers]
+    problems += [clean(orphan_line(found)) for found in leftovers]
     return problems
 
 
