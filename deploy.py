@@ -41,7 +41,15 @@ from podkit.host.probe import (
     server_config,
 )
 from podkit.host.profile import device_of, wait_profile
-from podkit.host.render import edge_problems, host_files, reuse_key, router_files, serve_argv, server_env
+from podkit.host.render import (
+    edge_problems,
+    host_files,
+    idle_config_problems,
+    reuse_key,
+    router_files,
+    serve_argv,
+    server_env,
+)
 from podkit.host.router import port_problems, replicas_of, router_ports, router_problems
 from podkit.host.startup import plan_record
 from podkit.keys import ApiKeyError, ensure_key, file_content, key_digest, read_hf_token
@@ -174,6 +182,7 @@ if settings.role == "server":
         problems=pod.lock_problems()
         + host_problems(settings, pod, needs_install=found is None)
         + edge_problems(way)
+        + idle_config_problems(settings, host.name, host.data.get("runpod_pod_id"))
         + launch.problems
         + (cluster.problems if cluster else []),
         summary="; ".join(filter(None, [launch.summary(), cluster and cluster.summary(), pod.lock_note()])),
@@ -297,23 +306,29 @@ if settings.role == "server":
 
     # Restart what reads changed files (content: a mode put back changes nothing), or runs older files;
     # a cluster's node also when another node restarts (its ranks start together).
+    programs = programs_for(settings, follower=follower)
+    strays = pod.stray_programs(programs)  # a copy outside the supervisor: stopped below, so this one restarts
     restart_vllm = (
-        changed(managed_files(settings))
+        "vllm" in strays
+        or changed(managed_files(settings))
         or installed.will_change
         or not pod.serving_current_files()
         or bool(cluster and cluster.peers_due())
     )
     restart_edge = not follower and (
-        changed(edge_files(settings)) or installed.will_change or not pod.edge_current_files()
+        "edge" in strays or changed(edge_files(settings)) or installed.will_change or not pod.edge_current_files()
     )
-    restart_idle = changed(idle_files(settings)) or installed.will_change
-    programs = programs_for(settings, follower=follower)
+    restart_idle = "idle" in strays or changed(idle_files(settings)) or installed.will_change
     supervisor.legacy_runner(
         name="Ensure no runner from an older podkit holds the port",
         runner_script=paths.legacy_runner_script,
         pid=pod.legacy_runner,
     )
-    supervisor.orphans(name="Ensure no vLLM engine outlives its server (stopped before any start)", found=pod.orphans)
+    supervisor.orphans(
+        name="Ensure no vLLM engine outlives its server and no program runs outside the supervisor "
+        "(stopped before any start)",
+        found=pod.orphans,
+    )
     systemd = settings.supervisor == "systemd"
     units = {
         UNIT_NAME: ("unit", UNIT_PATH, restart_vllm, pod.unit or Unit(UNIT_NAME)),
@@ -391,6 +406,8 @@ if settings.role == "server":
             and not restart_edge,
             pin=way.tls == "internal" and not pod.ca_root,
             profile=profile,
+            # supervise starts the exit count again at a restart; a server left running keeps its own
+            crashes_before=0 if restarted and not systemd else pod.crashes,
         )
 
 else:
@@ -467,9 +484,22 @@ if settings.role == "router":
         current={path: pod.files.get(path) for path in certificates},
     )
 
-    restart_router = changed(managed_files(settings)) or installed.will_change or not pod.serving_current_files()
+    strays = pod.stray_programs(ROUTER_PROGRAMS)
+    restart_router = (
+        "router" in strays
+        or changed(managed_files(settings))
+        or installed.will_change
+        or not pod.serving_current_files()
+    )
     restart_edge = (
-        changed(edge_files(settings)) or installed.will_change or certified.will_change or not pod.edge_current_files()
+        "edge" in strays
+        or changed(edge_files(settings))
+        or installed.will_change
+        or certified.will_change
+        or not pod.edge_current_files()
+    )
+    supervisor.orphans(
+        name="Ensure no program runs outside the supervisor (stopped before any start)", found=pod.orphans
     )
     conf = managed("Ensure supervisord's config runs the router and the edge", "supervisord")
     running = pod.supervisor_pid is not None

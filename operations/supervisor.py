@@ -191,7 +191,9 @@ def _reap(state, host, found: list[dict]) -> bool:
         result = None
     if not status or result is None:
         host.log_styled(
-            clean(f"could not stop the orphaned engines: {output.stderr[-300:]}"), fg="red", log_func=logger.error
+            clean(f"could not stop the orphaned engines and stray programs: {output.stderr[-300:]}"),
+            fg="red",
+            log_func=logger.error,
         )
         return False
     if result["left"]:
@@ -199,28 +201,35 @@ def _reap(state, host, found: list[dict]) -> bool:
         why = "; ".join(f"pid {pid}: {error}" for pid, error in sorted(result["errors"].items())) or "still running"
         host.log_styled(
             clean(
-                f"orphaned vLLM processes {pids} did not stop ({why}); stop them as their owner (kill -9 {pids}) "
-                "and re-apply: the next server would not get their memory"
+                f"processes {pids} did not stop ({why}); stop them as their owner (kill -9 {pids}) and re-apply: "
+                "they hold memory or a port the next start needs, and a stray edge or server the key it started with"
             ),
             fg="red",
             log_func=logger.error,
         )
         return False
-    host.log(f"stopped {len(result['stopped'])} orphaned vLLM process(es) ({len(result['killed'])} needed SIGKILL)")
+    host.log(
+        f"stopped {len(result['stopped'])} process(es) left by a killed server or supervisor "
+        f"({len(result['killed'])} needed SIGKILL)"
+    )
     return True
 
 
 @operation(is_idempotent=False)
 def orphans(found: list[dict]):
     """
-    Ensure no vLLM engine outlives its server: stop the ones the probe found orphaned.
+    Ensure no vLLM engine outlives its server and no program of podkit runs outside its
+    supervisor: stop what the probe found.
 
     A server killed with SIGKILL (the OOM killer's way) leaves its ``VLLM::EngineCore``
     re-parented to PID 1, holding its memory (GPU memory on a GPU host), so the next
     server would run out of it. The launch script ends its whole process group when vLLM
     ends; this stops what a killed launch script, or an older podkit, left behind.
-    Each is stopped only if it is still that very process (pid and start time), with
-    everything under it: SIGTERM, then SIGKILL after 10 s.
+    A supervisord killed with SIGKILL leaves its programs running re-parented (the launch
+    script and vLLM, Caddy, the idle watcher): strays, which would serve beside the next
+    supervisord's (Caddy's SO_REUSEPORT lets two edges share the port), each with the key it
+    started with. Each is stopped only if it is still that very process (pid and start time),
+    with everything under it: SIGTERM, then SIGKILL after 10 s.
 
     + found: the probe's orphans (``HostState.orphans``)
 

@@ -72,14 +72,22 @@ def venv(
 
 
 def _wait_ready(
-    state, host, settings: Settings, pin: bool = False, window: float = 15.0, profile: dict | None = None
+    state,
+    host,
+    settings: Settings,
+    pin: bool = False,
+    window: float = 15.0,
+    profile: dict | None = None,
+    crashes_before: int = 0,
 ) -> bool:
     start = time.monotonic()
     up_started_at = os.environ.get(UP_STARTED)  # set by podkit up: the start's total runs from there
     while True:
         elapsed = time.monotonic() - start
         remaining = settings.ready_timeout - elapsed
-        cfg = wait_config(settings, max(1.0, min(window, remaining)), profile, up_started_at)
+        cfg = wait_config(
+            settings, max(1.0, min(window, remaining)), profile, up_started_at, crashes_before=crashes_before
+        )
         status, output = host.run_shell_command(podctl_command("wait", cfg), print_output=False)
         if not status:
             host.log_styled(
@@ -106,7 +114,7 @@ def _wait_ready(
 
 
 @operation(is_idempotent=False)
-def endpoint(settings: Settings, ready: bool, pin: bool = False, profile: dict | None = None):
+def endpoint(settings: Settings, ready: bool, pin: bool = False, profile: dict | None = None, crashes_before: int = 0):
     """
     Ensure the server answers ``/health`` and lists the served model (with the key), and the
     edge answers ``/health``.
@@ -118,6 +126,8 @@ def endpoint(settings: Settings, ready: bool, pin: bool = False, profile: dict |
     + ready: the probe found the server ready and nothing has been restarted since
     + pin: keep the edge CA's root certificate on the controller once it exists (internal TLS)
     + profile: what records a ready start's measured KV cache size for the next start (None: nothing)
+    + crashes_before: the server's exits the probe counted, when the deploy did not restart it
+      (a restart starts the count at 0): only later exits count as this start's crashes
 
     **Example:**
 
@@ -133,4 +143,4 @@ def endpoint(settings: Settings, ready: bool, pin: bool = False, profile: dict |
             f"vLLM answers and lists {settings.served_model_name!r}, behind the edge on port {settings.edge_port}"
         )
         return
-    yield FunctionCommand(_wait_ready, (settings,), {"pin": pin, "profile": profile})
+    yield FunctionCommand(_wait_ready, (settings,), {"pin": pin, "profile": profile, "crashes_before": crashes_before})

@@ -133,7 +133,8 @@ def status(inventory, host_names, as_json):
     time since it booted.
 
     \b
-    Exit codes: 0 every host read, 1 a host could not be read.
+    Exit codes: 0 every host read and every program it promises runs, 1 a host could not be
+    read or has a problem (a program its supervisor does not run, a process outside it).
 
     \b
     podkit status inventories/runpod.py
@@ -155,7 +156,7 @@ def status(inventory, host_names, as_json):
             click.echo("\n".join(describe(row, inventory)))
 
     emit({row.host: row.as_dict() for row in found} if as_json else found, as_json, human)
-    if any(row.error for row in found):
+    if any(row.error or row.problems for row in found):
         sys.exit(1)
 
 
@@ -200,7 +201,7 @@ def down(inventory, host_names):
             continue
         finally:
             host.disconnect()
-        answer = parse_status_line(result.stdout)
+        answer = parse_status_line(result.stdout, result.stderr, result.status)
         if not answer.get("ok"):
             click.echo(clean(f"{host.name}: cannot stop the server: {answer.get('error')}"), err=True)
             failed = True
@@ -211,12 +212,17 @@ def down(inventory, host_names):
     sys.exit(1 if failed else 0)
 
 
-def parse_status_line(output: str) -> dict:
-    """podctl down's JSON line (its last), or {"ok": False, "error"} for anything else."""
+def parse_status_line(output: str, errors: str = "", status: int = 0) -> dict:
+    """podctl down's JSON line, or one line saying what came back instead (its last error line)."""
     try:
         answer = json.loads(output.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return {"ok": False, "error": output.strip()[-200:] or "podctl printed nothing"}
+        said = (errors.strip().splitlines() or [""])[-1][-200:]
+        text = output.strip()[-200:]
+        return {
+            "ok": False,
+            "error": text or f"podctl down exited {status} without an answer" + (f": {said}" if said else ""),
+        }
     if not isinstance(answer, dict):
         return {"ok": False, "error": f"podctl answered something else: {output.strip()[-200:]}"}
     return answer

@@ -62,6 +62,12 @@ class ServerInfo:
     routes: list[str] | None = None
     #: a router host: {"policy", "workers": [{"name", "url", "healthy"}]} or {"policy", "error"}
     router: dict[str, Any] | None = None
+    #: what supervises (supervisord or systemd), its pid, {program: state} as it says, and the
+    #: last log line of each program it does not run; None when the host was not read
+    supervisor: str | None = None
+    supervisor_pid: int | None = None
+    programs: dict[str, str] | None = None
+    program_said: dict[str, str | None] | None = None
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -128,6 +134,10 @@ def parse_describe(host: str, settings: Settings, output: str) -> ServerInfo:
         vllm_listens=data.get("vllm_listens"),
         routes=data.get("routes"),
         router=data.get("router"),
+        supervisor=data.get("supervisor"),
+        supervisor_pid=data.get("supervisor_pid"),
+        programs=data.get("programs"),
+        program_said=data.get("program_said"),
     )
     if not info.running:
         info.error = f"no vLLM server runs under {settings.supervisor} on this host"

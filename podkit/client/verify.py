@@ -41,6 +41,7 @@ from podkit.client.outcome import Outcome, worst
 from podkit.client.serverinfo import ServerInfo, key_refusal
 from podkit.client.toolcalls import WEATHER_TOOL, schema_errors, silent_failure, wrong_parser
 from podkit.host.probe import orphan_line
+from podkit.host.supervision import program_problems
 
 __all__ = [  # the tool-call helpers are re-exported: verify is where callers look for them
     "WEATHER_TOOL",
@@ -164,6 +165,20 @@ def orphan_check(info: ServerInfo, seconds: float) -> Check:
     if not info.orphans:
         return Check("no orphaned engine", True, "no vLLM engine outlived its server", seconds)
     return Check("no orphaned engine", False, "; ".join(map(orphan_line, info.orphans)), seconds, Outcome.ERROR)
+
+
+def program_check(info: ServerInfo, seconds: float) -> Check:
+    """The supervisor runs, and runs every program it promises (the idle watcher's deadline, the
+    edge): a program it does not run is a failure with its last log line and the fix."""
+    if info.programs is None:
+        return Check("programs supervised", True, "not read (an older host answer)", seconds)
+    problems = program_problems(
+        info.supervisor or "supervisord", info.supervisor_pid, info.programs, info.program_said or {}
+    )
+    if problems:
+        return Check("programs supervised", False, "; ".join(problems), seconds, Outcome.ERROR)
+    running = ", ".join(f"{name} {state}" for name, state in sorted(info.programs.items()))
+    return Check("programs supervised", True, f"{info.supervisor}: {running}", seconds)
 
 
 class Verifier:
@@ -415,6 +430,7 @@ class Verifier:
                 report.checks += found
                 if info.leaks is not None:
                     report.checks.append(orphan_check(info, seconds))
+                    report.checks.append(program_check(info, seconds))
                     report.checks.append(self._timed("edge refuses the rest", lambda: edge_refusals(self.api, info)))
         report.started = started.isoformat(timespec="milliseconds")
         report.seconds = round(time.monotonic() - start, 3)

@@ -31,6 +31,12 @@ class Diagnosis:
 # (name, pattern, cause, fix): one table, in order of precedence.
 RULES: list[tuple[str, str, str, str]] = [
     (
+        "api_key_empty",
+        r"podkit: the API key file .* is empty",
+        "the API key file on the host is empty, and vLLM takes an empty key for none: the script refused to start",
+        "re-apply, which writes the controller's key to it",
+    ),
+    (
         "tool_parser_unknown",
         r"invalid tool.call parser|tool.call.parser.*(not|isn't) (valid|registered|supported)|"
         r"KeyError: .?tool parser|Unknown tool parser",

@@ -92,6 +92,20 @@ def server_config(settings: Settings, tls: bool = False) -> dict[str, Any]:
         },
         "ca_root": paths.ca_root,
         "legacy_runner": paths.legacy_runner_script,
+        # what the programs run from: a process running one of these outside the supervisor is a stray
+        "program_files": {
+            "launch": paths.launch_script,
+            "edge": paths.edge_script,
+            "caddyfile": paths.caddyfile,
+            "idle": paths.idle_script,
+            "idle_config": paths.idle_config,
+        },
+        # each program's log: a program that is not running is named with its last line
+        "program_logs": {
+            programs_for(settings)[0]: paths.router_log if settings.role == "router" else paths.log_file,
+            "edge": paths.edge_log,
+            "idle": paths.idle_log,
+        },
     }
 
 
@@ -407,6 +421,15 @@ class HostState:
         who = before["controller"]
         return f"took over the deploy lock left by {who.get('user', '?')}@{who.get('host', '?')} (pid {who.get('pid', '?')}, since {before.get('since', '?')})"
 
+    def stray_programs(self, programs: tuple[str, ...] = PROGRAMS) -> set[str]:
+        """The programs of which a copy runs outside the supervisor (a stray supervisord: all of
+        them): once the strays are stopped, these restart, so what serves is the supervisor's own."""
+        found = {orphan.get("program") for orphan in self.orphans if orphan.get("stray")}
+        if "supervisord" in found:
+            return set(programs)
+        # the launch script runs vLLM, or on a router host the router (the first program)
+        return {programs[0] if name == "vllm" else name for name in found} & set(programs)
+
     def orphan_lines(self) -> list[str]:
         """One line per orphaned vLLM engine: pid, the memory it holds, and the fix."""
         return [orphan_line(orphan) for orphan in self.orphans]
@@ -423,14 +446,32 @@ class HostState:
 
 
 def orphan_line(orphan: dict[str, Any]) -> str:
-    """``VLLM::EngineCore pid 4242 outlived its server and holds 612 MiB resident; ...``: one orphan, its fix."""
+    """``VLLM::EngineCore pid 4242 outlived its server and holds 612 MiB resident; ...``: one orphan
+    (or one of podkit's programs running outside its supervisor: a stray), its fix."""
     held = f"{orphan.get('rss_bytes', 0) / 2**20:.0f} MiB resident"
     if orphan.get("gpu_mib"):
         held += f" and {orphan['gpu_mib']} MiB of GPU memory"
     pids = " ".join(str(pid) for pid in orphan.get("pids") or [orphan["pid"]])
+    if orphan.get("stray"):
+        return stray_line(orphan, held, pids)
     return (
         f"{orphan.get('title') or 'a vLLM engine'} pid {orphan['pid']} outlived its server and holds {held}, "
         f"which the next server needs; the deploy stops it before any start (or: kill {pids})"
+    )
+
+
+def stray_line(stray: dict[str, Any], held: str, pids: str) -> str:
+    """One of podkit's programs that runs outside the supervisor (a supervisord that died left it)."""
+    serves = {
+        "vllm": "it may still serve, with the key it started with",
+        "edge": "it may still accept requests on the port, with the key it started with",
+        "idle": "it may stop the server on a clock of its own",
+        "supervisord": "it runs a second set of programs",
+    }.get(stray.get("program"), "it runs beside podkit's own")
+    return (
+        f"{stray.get('title') or 'a program'} pid {stray['pid']} ({stray.get('command') or '?'}) runs from this "
+        f"volume's files outside the supervisor (a supervisord that died left it) and holds {held}: {serves}; "
+        f"the deploy stops it before starting its own (or: kill {pids})"
     )
 
 

@@ -26,17 +26,23 @@ CRASH_LIMIT = 2
 UP_STARTED = "PODKIT_UP_STARTED"
 
 
-def wait_config(settings: Settings, window: float, profile: dict | None = None, up_started_at=None) -> dict:
+def wait_config(
+    settings: Settings, window: float, profile: dict | None = None, up_started_at=None, crashes_before: int = 0
+) -> dict:
     """What ``podctl wait`` reads. ``profile``: the launch script's profile key and the build's
     patterns for what a start measured (:func:`podkit.host.profile.wait_profile`), recorded once the
     server is ready; ``up_started_at``: when ``podkit up`` began (the controller's clock), for the
-    start's total."""
+    start's total. ``crashes_before``: the exits counted before this wait (a server the deploy did
+    not restart keeps its count): only exits since count towards giving up on a server that is starting."""
     return {
         "starts_file": settings.paths.starts_record,
         "profile": profile,
         "up_started_at": up_started_at,
         "sent_at": time.time(),
         **server_config(settings),
+        "crashes_before": crashes_before,
+        # a stop on purpose (podkit down, the idle watcher) during the wait: the marker says so
+        "stopped_file": settings.paths.stopped_marker,
         "served_model_name": settings.served_model_name,
         "log_file": settings.paths.router_log if settings.role == "router" else settings.paths.log_file,
         "window": window,
@@ -64,6 +70,8 @@ class WaitResult:
     startup: list[str] = field(default_factory=list)  # a ready server's start lines (STARTUP_NEEDLES)
     plan: dict | None = None  # what the deploy predicted for it (bin/plan.json)
     recorded: dict | None = None  # what podctl kept of a ready start: {"start": True, "profile": bytes or None}
+    crashes_before: int = 0  # exits counted before this wait: not this start's
+    stopped: dict | None = None  # the server was stopped on purpose during the wait: the marker (by, why)
 
     @classmethod
     def parse(cls, output: str) -> WaitResult:
@@ -85,6 +93,8 @@ class WaitResult:
             startup=data.get("startup") or [],
             plan=data.get("plan"),
             recorded=data.get("recorded"),
+            crashes_before=int(data.get("crashes_before") or 0),
+            stopped=data.get("stopped") if isinstance(data.get("stopped"), dict) else None,
         )
 
     def start_checked(self) -> list[str]:
@@ -99,11 +109,16 @@ class WaitResult:
         return sorted(name for name, state in (self.programs or {}).items() if state in ("FATAL", "FAILED"))
 
     @property
+    def crashed(self) -> bool:
+        """The server has exited ``CRASH_LIMIT`` times since the wait began and none runs now (exits
+        counted before are not this start's: one that is starting may yet answer)."""
+        return self.crashes - self.crashes_before >= CRASH_LIMIT and not self.server_alive
+
+    @property
     def hopeless(self) -> bool:
-        """Waiting longer will not help: the supervisor is gone, or the server has exited
-        ``CRASH_LIMIT`` times and none runs now (one that is starting may yet answer)."""
-        crashed = self.crashes >= CRASH_LIMIT and not self.server_alive
-        return not self.ready and (not self.runner_alive or crashed or bool(self.fatal))
+        """Waiting longer will not help: the supervisor is gone, the server keeps crashing, a
+        program is left stopped, or the server was stopped on purpose (podkit down, idle)."""
+        return not self.ready and (not self.runner_alive or self.crashed or bool(self.fatal) or bool(self.stopped))
 
     def progress(self, elapsed: float, timeout: float) -> str:
         health = self.health if self.health is not None else "no answer"
@@ -118,6 +133,11 @@ class WaitResult:
 
     def failure(self, settings: Settings, elapsed: float) -> str:
         listed = settings.served_model_name in self.models
+        if self.stopped:
+            return (
+                f"vLLM was stopped on purpose while the deploy waited for it ({self.stopped.get('by') or '?'}: "
+                f"{self.stopped.get('why') or 'no reason given'}); re-apply (podkit up) to start it"
+            )
         if "edge" in self.fatal or (
             self.health == 200 and self.models_status == 200 and listed and self.edge_health != 200
         ):
@@ -137,8 +157,8 @@ class WaitResult:
             )
         if not self.runner_alive:
             what = f"{settings.supervisor} is not running"
-        elif self.crashes >= CRASH_LIMIT and not self.server_alive:
-            what = f"vLLM exited {self.crashes} times"
+        elif self.crashed:
+            what = f"vLLM exited {self.crashes - self.crashes_before} times"
         else:
             what = f"vLLM did not answer within {settings.ready_timeout:.0f}s (podkit_ready_timeout)"
         found = diagnose(self.log_tail)

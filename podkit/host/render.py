@@ -509,6 +509,23 @@ def idle_config(settings: Settings, host_name: str, pod_id: str | None, follow: 
     return json.dumps(config, indent=1, sort_keys=True) + "\n"
 
 
+#: the settings each key of the watcher's config comes from, for a refusal that names what to fix
+IDLE_SETTINGS = {"idle_seconds": "podkit_idle_stop_minutes", "usd_per_hour": "podkit_usd_per_hour"}
+
+
+def idle_config_problems(settings: Settings, host_name: str, pod_id: str | None) -> list[str]:
+    """The deploy writes no idle.json its watcher would refuse (it would leave the watcher FATAL,
+    so nothing stops the host when idle): the watcher's own check, run on the rendered config."""
+    from podkit.remote.idle import config_problem
+
+    problem = config_problem(json.loads(idle_config(settings, host_name, pod_id)))
+    if problem is None:
+        return []
+    key = problem.split(" ", 1)[0]
+    fix = f"fix {IDLE_SETTINGS[key]}" if key in IDLE_SETTINGS else "re-apply with podkit's own templates"
+    return [f"the idle watcher would refuse its config ({problem}): {fix}"]
+
+
 # How often the watcher reads vLLM's counters: a stop comes at most this late.
 IDLE_POLL_SECONDS = 5
 

@@ -20,6 +20,7 @@ from typing import Any
 from podkit.host.probe import server_config
 from podkit.host.restarts import compare_lines, start_summary
 from podkit.host.startup import STARTUP_NEEDLES, calibration_record, compare, parse_startup, row_text
+from podkit.host.supervision import running, status_problems
 from podkit.settings import Settings
 from podkit.text import clean
 
@@ -41,6 +42,9 @@ def status_config(settings: Settings, name: str) -> dict[str, Any]:
         "startup_needles": list(STARTUP_NEEDLES),
         "starts_file": paths.starts_record,
         "startup_plans": posixpath.join(paths.cache_env()["VLLM_CACHE_ROOT"], "startup_plan"),
+        # podctl down waits for a deploy of the host to end, and holds its lock while it stops
+        "lock": {"path": paths.deploy_lock, "volume": settings.volume},
+        "lock_wait": 120,
     }
 
 
@@ -72,6 +76,8 @@ class HostStatus:
     starts: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: broken promises, each with its fix: a program not running, the supervisor gone, a stray process
+    problems: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -265,7 +271,9 @@ def _from_host(status: HostStatus, remote: dict[str, Any], bare_metal: bool, now
         status.idle_stop_minutes = int(minutes) if minutes == int(minutes) else minutes
     if bare_metal and isinstance(idle.get("usd_per_hour"), (int, float)):
         status.usd_per_hour = float(idle["usd_per_hour"])
-    if idle and status.state == "up":
+    status.problems = status_problems(remote)
+    # the watcher's last reading is a promise only while the supervisor says the watcher runs
+    if idle and status.state == "up" and running(remote.get("programs") or {}, "idle"):
         status.in_flight = None if idle.get("in_flight") is None else int(idle["in_flight"])
         last = idle.get("last_request_at")
         status.minutes_since_request = _minutes(host_now - last) if last else None
@@ -347,6 +355,7 @@ def describe(status: HostStatus, inventory: str) -> list[str]:
     lines = [head]
     if status.error:
         lines.append(f"  {status.error}")
+    lines += [f"  problem: {problem}" for problem in status.problems]
     if status.state == "up" and not status.read_host and not status.error:
         lines.append("  not read over SSH: the inventory leaves it out (pyinfra says why when it loads it)")
     if status.state == "up" and status.read_host:

@@ -773,7 +773,7 @@ def started_here(pid, root):
     return any(item.startswith(keys) and item.split("=", 1)[1].startswith(root + "/") for item in env)
 
 
-def engine_orphans(cfg, server_pid):
+def engine_orphans(cfg, server_pid, table=None):
     """vLLM engines that outlived their server, each with everything under it.
 
     An orphan is a process of this user that a podkit launch on this volume started (its
@@ -783,7 +783,7 @@ def engine_orphans(cfg, server_pid):
     it was re-parented to PID 1 or a subreaper). Each: pid, start time (so a kill hits that very
     process), title, the pids under it, and the memory they hold (resident bytes, and GPU MiB
     where nvidia-smi tells)."""
-    table = proc_table()
+    table = proc_table() if table is None else table
     root = os.path.dirname(cfg["run_dir"].rstrip("/")) if cfg.get("run_dir") else None
     ours = subtree(table, server_pid) if server_pid else set()
     old = (read_text(os.path.join(cfg["run_dir"], "vllm.pid")) or "").split() if cfg.get("run_dir") else []
@@ -852,6 +852,120 @@ def reap(cfg):
     send(killed, signal.SIGKILL)
     time.sleep(0.2 if killed else 0)
     return {"stopped": sorted(targets), "killed": killed, "left": alive(), "errors": errors}
+
+
+# --- processes: podkit's programs that run outside the supervisor that runs now -----------------
+
+STRAY_TITLES = {
+    "vllm": "the launch script",
+    "edge": "the edge (Caddy)",
+    "idle": "the idle watcher",
+    "supervisord": "a second supervisord",
+}
+
+
+def program_kind(argv, files, conf):
+    """Which of podkit's programs ``argv`` runs from this volume's files: the launch script
+    (vLLM, or a router host's router), the edge (its script, or the Caddy it execs), the idle
+    watcher, supervisord with this volume's config; None for anything else (``idle.py --stop``
+    from ``podkit down``, podctl itself, whose JSON argument only mentions the paths)."""
+    if not argv:
+        return None
+    if files.get("launch") and argv[-1] == files["launch"]:
+        return "vllm"
+    if files.get("edge") and argv[-1] == files["edge"]:
+        return "edge"
+    if files.get("caddyfile") and "run" in argv and files["caddyfile"] in argv:
+        return "edge"
+    if files.get("idle") and argv[-2:] == [files["idle"], files.get("idle_config")]:
+        return "idle"
+    if conf and conf in argv and any(os.path.basename(part) == "supervisord" for part in argv):
+        return "supervisord"
+    return None
+
+
+def in_unit(pid, units):
+    """The process runs in the cgroup of one of podkit's systemd ``units`` (systemd supervises it)."""
+    text = read_text("/proc/%d/cgroup" % pid) or ""
+    return any(unit and "/" + unit in text for unit in units)
+
+
+def program_strays(cfg, table):
+    """podkit's programs that run from this volume's files outside the supervisor that runs now:
+    the programs of a supervisord that died (SIGKILL leaves them re-parented to PID 1, still
+    serving, with the key they started with), their children, a leftover edge, a second
+    supervisord. Under the live supervisord's tree, or in a podkit unit's cgroup, is supervised;
+    podctl's own line of ancestors is left alone. Each stray: pid, start time, ``program``, its
+    title, and every pid under it (what a reap stops), like an orphaned engine."""
+    files = cfg.get("program_files") or {}
+    sup = cfg.get("supervisord") or {}
+    if not files and not sup.get("conf"):
+        return []
+    keep = set()
+    live = supervisord_pid(sup)
+    if live:
+        keep |= subtree(table, live)
+    pid = os.getpid()
+    while pid in table and pid not in keep:
+        keep.add(pid)
+        pid = table[pid]["ppid"]
+    units = [cfg.get(key) for _, key in UNIT_KEYS]
+    uid = os.getuid()
+    # the edge as its script recorded it (Caddy, whatever its argv), and every process run from the files
+    edge = pid_alive(read_text(os.path.join(cfg["run_dir"], "edge.pid"))) if cfg.get("run_dir") else None
+    kinds = {}
+    for pid, info in table.items():
+        if pid in keep or info["uid"] != uid:
+            continue
+        kind = "edge" if pid == edge else program_kind(info["argv"], files, sup.get("conf"))
+        if kind and not in_unit(pid, units):
+            kinds[pid] = kind
+
+    def under_another(pid):
+        parent = table[pid]["ppid"]
+        seen = set()
+        while parent in table and parent not in seen:
+            if parent in kinds:
+                return True
+            seen.add(parent)
+            parent = table[parent]["ppid"]
+        return False
+
+    found = []
+    for pid in sorted(kinds):
+        if under_another(pid):
+            continue
+        tree = sorted(subtree(table, pid))
+        info = table[pid]
+        found.append(
+            {
+                "pid": pid,
+                "start": info["start"],
+                "program": kinds[pid],
+                "stray": True,
+                "title": STRAY_TITLES[kinds[pid]],
+                "command": " ".join(os.path.basename(part) for part in info["argv"])[:120],
+                "pgid": info["pgid"],
+                "pids": tree,
+                "rss_bytes": sum(table[p]["rss_bytes"] for p in tree),
+                "gpu_mib": None,
+            }
+        )
+    return found
+
+
+def leftovers(cfg, server_pid):
+    """What the deploy stops before any start (``reap``), and status and verify name: podkit's
+    programs outside its supervisor (:func:`program_strays`) first, then the vLLM engines that
+    outlived their server (:func:`engine_orphans`) that are not under one of those."""
+    table = proc_table()
+    strays = program_strays(cfg, table)
+    if strays:
+        gpu = gpu_memory_mib()
+        for stray in strays:
+            stray["gpu_mib"] = sum(gpu.get(p, 0) for p in stray["pids"]) if gpu else None
+    covered = set(pid for stray in strays for pid in stray["pids"])
+    return strays + [o for o in engine_orphans(cfg, server_pid, table) if o["pid"] not in covered]
 
 
 # --- one deploy per host at a time --------------------------------------------------------------
@@ -1163,7 +1277,7 @@ def probe(cfg):
         "cache_problems": cache_problems(cfg.get("hub_cache")),
         "fetch_running": bool(fetch_running(cfg)),
         "hub_repos": repo_sizes(cfg.get("hub_cache")),
-        "orphans": engine_orphans(cfg, runner["vllm_pid"]),
+        "orphans": leftovers(cfg, runner["vllm_pid"]),
         "cluster": cluster_facts(cfg["cluster"]) if cfg.get("cluster") else None,
         # last: what it creates (run/, the lock file) is not mistaken for what the deploy made
         "lock": deploy_lock(cfg),
@@ -1189,14 +1303,17 @@ def wait(cfg):
             state["health"] == 200 and cfg["served_model_name"] in (state["models"] or []) and edge.get("health") == 200
         )
         runner = supervisor_state(cfg)
-        crashed = runner["crashes"] >= cfg.get("crash_limit", 2) and not runner["vllm_pid"]
+        since = runner["crashes"] - cfg.get("crashes_before", 0)  # exits before the wait are not this start's
+        crashed = since >= cfg.get("crash_limit", 2) and not runner["vllm_pid"]
+        # stopped on purpose (podkit down, the idle watcher) while the deploy waits: no point waiting
+        stopped = stopped_on_purpose(cfg, runner)
         fatal = runner["programs"].get(cfg.get("program", "vllm")) in ("FATAL", "FAILED") or runner["programs"].get(
             "edge"
         ) in (
             "FATAL",
             "FAILED",
         )
-        trouble = not runner["pid"] or crashed or fatal
+        trouble = not runner["pid"] or crashed or fatal or bool(stopped)
         if ready or trouble or time.time() >= deadline:
             break
         time.sleep(1)
@@ -1204,6 +1321,8 @@ def wait(cfg):
     state.update(
         ready=ready,
         runner=runner,
+        crashes_before=cfg.get("crashes_before", 0),
+        stopped=None if ready else stopped,
         ca_root=read_text(cfg["ca_root"]) if ready and cfg.get("ca_root") else None,
         last_log_line=tail[-1][-240:] if tail else None,
         log_tail=None if ready else start_lines(cfg["log_file"], cfg.get("tail_lines", 60)),
@@ -1258,6 +1377,15 @@ def write_atomically(path, text):
     with open(tmp, "w") as handle:
         handle.write(text)
     os.replace(tmp, path)
+
+
+def stopped_on_purpose(cfg, runner):
+    """The stop marker (by, why, at) when the server program is stopped and the marker says it was
+    on purpose; None otherwise (a marker the next start has not removed yet is no stop)."""
+    program = runner["programs"].get(cfg.get("program", "vllm"))
+    if program not in ("STOPPED", "STOPPING", "INACTIVE", "DEACTIVATING") or runner["vllm_pid"]:
+        return None
+    return read_json_dict(cfg["stopped_file"]) if cfg.get("stopped_file") else None
 
 
 def process_argv(pid):
@@ -1491,8 +1619,14 @@ def describe(cfg):
         "routes": (openapi_routes(cfg["port"]) or openapi_routes((cfg.get("edge") or {}).get("port") or 0))
         if cfg.get("routes")
         else None,
-        # vLLM engines that outlived their server, holding memory the next start needs
-        "orphans": engine_orphans(cfg, runner["vllm_pid"]),
+        # vLLM engines that outlived their server, holding memory the next start needs, and
+        # podkit's programs running outside its supervisor (a supervisord that died left them)
+        "orphans": leftovers(cfg, runner["vllm_pid"]),
+        # what supervises: its pid and each program's state (a watcher that is not running stops nothing)
+        "supervisor": cfg.get("supervisor") or "supervisord",
+        "supervisor_pid": runner["pid"],
+        "programs": runner["programs"],
+        "program_said": program_said(cfg, runner),
         # a router host: each replica, and whether the router has it in (its own health checks)
         "router": router_workers(cfg) if cfg.get("replicas_file") else None,
     }
@@ -1561,6 +1695,14 @@ def supervise(cfg):
         done.append("stopped supervisord (its config changed)")
         pid = None
     if not pid:
+        strays = program_strays(cfg, proc_table())
+        if strays:  # one supervisor per volume: what a dead one left must be gone first (the deploy reaps it)
+            named = ", ".join("%s pid %d" % (s["title"], s["pid"]) for s in strays)
+            return {
+                "ok": False,
+                "error": "%s still run(s) outside the supervisor; stop them (kill %s)"
+                % (named, " ".join(str(p) for s in strays for p in s["pids"])),
+            }
         reset_crashes(run_dir)
         out = subprocess.run(
             [sup["bin"], "-c", sup["conf"]], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
@@ -1647,7 +1789,29 @@ def status(cfg):
         "startup": startup_lines(cfg.get("log_file"), cfg.get("startup_needles") or []),
         "starts": last_lines_json(cfg.get("starts_file"), 2),
         "startup_plans": startup_plans(cfg.get("startup_plans")),
+        **supervision(cfg, runner),
     }
+
+
+def supervision(cfg, runner):
+    """What status and verify say of the supervision itself: which supervisor, the last log line
+    of each program that is not running (why it is not), and the processes that run outside it
+    (:func:`leftovers`)."""
+    return {
+        "supervisor": cfg.get("supervisor") or "supervisord",
+        "program_said": program_said(cfg, runner),
+        "leftovers": leftovers(cfg, runner["vllm_pid"]),
+    }
+
+
+def program_said(cfg, runner):
+    """{program: its log's last line} of each program the supervisor does not say runs."""
+    said = {}
+    for name, path in sorted((cfg.get("program_logs") or {}).items()):
+        if runner["programs"].get(name) not in ("RUNNING", "ACTIVE"):
+            tail = log_lines(path, 1)
+            said[name] = tail[-1][-240:] if tail else None
+    return said
 
 
 def last_lines_json(path, count):
@@ -1694,20 +1858,73 @@ def down(cfg):
     """Stop vLLM on purpose (``podkit down``), leaving the edge up to say so. The stop is the idle
     watcher's own (``idle.py CONFIG --stop``: the marker the edge reads, then the program through
     the supervisor that runs it), so there is one way to stop a server on purpose."""
+    waited = down_lock(cfg)
+    if isinstance(waited, dict):
+        return waited
     runner = supervisor_state(cfg)
     if not runner["vllm_pid"] and runner["programs"].get("vllm") not in ("RUNNING", "STARTING", "BACKOFF"):
         return {"ok": True, "done": "vLLM was not running"}
-    out = subprocess.run(
-        [cfg["python"], cfg["idle_script"], cfg["idle_config"], "--stop"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    if not os.path.isfile(cfg["idle_script"]):
+        return {
+            "ok": False,
+            "error": "the idle watcher's program %s is missing, and the stop goes through it; re-apply (podkit up) "
+            "to restore podkit's files, then run podkit down again" % cfg["idle_script"],
+        }
+    # idle.py is standard library only: with the venv gone (deleted, or being reinstalled), this Python runs it
+    python = cfg["python"] if os.access(cfg["python"], os.X_OK) else sys.executable
+    try:
+        out = subprocess.run(
+            [python, cfg["idle_script"], cfg["idle_config"], "--stop"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=170,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"ok": False, "error": "%s %s --stop: %s" % (python, cfg["idle_script"], exc)}
     said = out.stdout.decode(errors="replace").strip()
     try:
         return json.loads(said.splitlines()[-1])
     except (ValueError, IndexError):
-        return {"ok": False, "error": said[-300:] or "idle.py --stop printed nothing"}
+        return {"ok": False, "error": said[-300:] or "idle.py --stop printed nothing (exit %d)" % out.returncode}
+
+
+def down_lock(cfg):
+    """Wait (up to ``lock_wait`` seconds) for a deploy on this volume to end, and hold its lock
+    (the flock on the volume folder, as :func:`deploy_lock` takes it) until podctl exits, so a
+    stop and a deploy never interleave. An error dict when a deploy still holds it; None when
+    the lock is held now or none can be taken here (no volume folder, no flock)."""
+    spec = cfg.get("lock") or {}
+    if not spec.get("volume"):
+        return None
+    try:
+        fd = os.open(spec["volume"], os.O_RDONLY)
+    except OSError:
+        return None
+    deadline = time.time() + cfg.get("lock_wait", 120)
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd  # kept open: released when podctl exits
+        except BlockingIOError:
+            if time.time() >= deadline:
+                holder = (read_holder_file(spec["path"]) or {}).get("controller") or {}
+                os.close(fd)
+                return {
+                    "ok": False,
+                    "error": "a deploy holds this host (%s@%s, pid %s) and did not end within %d s; wait for it "
+                    "to end, then run podkit down again"
+                    % (
+                        holder.get("user", "?"),
+                        holder.get("host", "?"),
+                        holder.get("pid", "?"),
+                        cfg.get("lock_wait", 120),
+                    ),
+                }
+            time.sleep(0.5)
+        except OSError:
+            os.close(fd)
+            return None
 
 
 def openapi_routes(port):

@@ -117,6 +117,66 @@ def test_key_rotation_reapplies_cleanly(serving):
     assert refused.value.code == 401
 
 
+def running_from(pod) -> dict[str, list[int]]:
+    """podkit's programs running from this sandbox's files, by kind: pids, from every process's argv."""
+    bin_dir = str(pod.podkit / "bin")
+    found = {"supervisord": [], "launch": [], "caddy": [], "idle": []}
+    for entry in os.listdir("/proc"):
+        try:
+            argv = open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace").split("\0")[:-1]
+        except OSError:
+            continue
+        if not entry.isdigit() or not argv or (open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"):
+            continue
+        if f"{bin_dir}/supervisord.conf" in argv and any(a.endswith("/supervisord") for a in argv):
+            found["supervisord"].append(int(entry))
+        elif argv[-1] == f"{bin_dir}/launch.sh":
+            found["launch"].append(int(entry))
+        elif "run" in argv and f"{bin_dir}/Caddyfile" in argv:
+            found["caddy"].append(int(entry))
+        elif argv[-2:] == [f"{bin_dir}/idle.py", f"{bin_dir}/idle.json"]:
+            found["idle"].append(int(entry))
+    return found
+
+
+def answers(pod, key: str) -> int:
+    port = json.loads(pod.box.state_file.read_text())["edge_port"]
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/models")
+    request.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as refused:
+        return refused.code
+
+
+def test_a_supervisord_killed_with_sigkill_leaves_one_set_of_programs_and_a_rotated_key_is_refused(serving):
+    """kill -9 supervisord: its programs go on (re-parented), Caddy's SO_REUSEPORT would let a second
+    edge serve beside the first; the re-apply stops them before starting supervisord, and a key
+    rotated afterwards is refused on every request."""
+    pod = serving
+    before = running_from(pod)
+    assert {kind: len(pids) for kind, pids in before.items()} == dict.fromkeys(before, 1), before
+    os.kill(before["supervisord"][0], signal.SIGKILL)
+    wait_for(lambda: not running_from(pod)["supervisord"], timeout=30, step=0.2)
+    assert running_from(pod)["caddy"] == before["caddy"], "the edge outlives its supervisord"
+    status = json.loads(pod.cli("status", "inventories/sandbox.py", "--json").stdout)["sandbox"]
+    assert any("supervisord does not run" in problem for problem in status["problems"]), status
+    applied = pod.apply()
+    assert applied.rc == 0, applied.stderr[-3000:]
+    assert f"the edge (Caddy) pid {before['caddy'][0]}" in applied.stderr, applied.stderr[-3000:]
+    after = running_from(pod)
+    assert {kind: len(pids) for kind, pids in after.items()} == dict.fromkeys(after, 1), after
+    assert not set(after["caddy"] + after["launch"] + after["idle"]) & set(before["caddy"] + before["launch"])
+    old = pod.key()
+    assert pod.cli("key", "rotate", "--file", str(pod.box.api_key_file)).returncode == 0
+    applied = pod.apply()
+    assert applied.rc == 0, applied.stderr[-3000:]
+    assert [answers(pod, old) for _ in range(20)] == [401] * 20
+    assert [answers(pod, pod.key()) for _ in range(20)] == [200] * 20
+    assert pod.cli("verify", "inventories/sandbox.py").returncode == 0
+
+
 def test_the_key_never_leaks(serving):
     pod = serving
     key = pod.key()

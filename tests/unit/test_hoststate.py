@@ -861,3 +861,86 @@ def test_an_install_that_would_fill_the_volume_stops_the_host_before_pip_starts(
     assert not [p for p in host_problems(settings, gpu, needs_install=False) if "installing" in p]  # installed
     cpu = dataclasses.replace(gpu, gpus=[])
     assert not [p for p in host_problems(settings, cpu, needs_install=True) if "installing" in p]  # 5 GB do
+
+
+# --- podkit's programs outside the supervisor that runs now (a supervisord that died left them) --
+
+
+def spawned(argv: list[str]) -> subprocess.Popen:
+    """A process whose /proc argv is ``argv`` once it has exec'd, in a session of its own (as a
+    program whose supervisord died is: re-parented, not in the test's group)."""
+    import time
+
+    proc = subprocess.Popen(argv, start_new_session=True)
+    for _ in range(100):
+        if Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[:-1] == [a.encode() for a in argv]:
+            return proc
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError(f"{argv} did not start")
+
+
+@pytest.mark.proc
+def test_programs_a_dead_supervisord_left_are_strays_with_their_children_and_reap_stops_them(tmp_path):
+    import signal
+    import time
+
+    from podkit.host.probe import orphan_line
+
+    settings = settings_for(tmp_path)
+    paths = settings.paths
+    Path(paths.run).mkdir(parents=True)
+    Path(paths.launch_script).parent.mkdir(parents=True)
+    for script in (paths.launch_script, paths.idle_script):
+        Path(script).write_text("sleep 60\n" if script.endswith(".sh") else "import time; time.sleep(60)\n")
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    launch = spawned(["sh", paths.launch_script])  # its child (sleep) is the stand-in vLLM
+    edge = spawned([*sleeper, "run", "--config", paths.caddyfile, "--adapter", "caddyfile"])
+    idle = spawned([sys.executable, paths.idle_script, paths.idle_config])
+    # not podkit's programs, though they name its files: podkit down's stop, a podctl's JSON argument
+    stop = spawned([*sleeper, paths.idle_script, paths.idle_config, "--stop"])
+    mention = spawned([*sleeper, json.dumps({"launch": paths.launch_script})])
+    # a live supervisord (the pid file names it) with the launch script under it: supervised
+    supervised = spawned(["sh", "-c", f"sh {paths.launch_script} & wait", "supervisord", "-c", paths.supervisord_conf])
+    procs = [launch, edge, idle, stop, mention, supervised]
+    try:
+        Path(paths.supervisord_pid).write_text(f"{supervised.pid}\n")
+        for _ in range(100):  # the launch script's sleep has started
+            if children_of(launch.pid) and children_of(supervised.pid):
+                break
+            time.sleep(0.05)
+        state = probe(settings)
+        strays = {o["pid"]: o for o in state.orphans if o.get("stray")}
+        assert sorted(strays) == sorted([launch.pid, edge.pid, idle.pid]), state.orphans
+        assert strays[launch.pid]["program"] == "vllm" and strays[launch.pid]["pids"] == sorted(
+            [launch.pid, *children_of(launch.pid)]
+        )
+        assert strays[edge.pid]["program"] == "edge" and strays[idle.pid]["program"] == "idle"
+        assert state.stray_programs() == {"vllm", "edge", "idle"}
+        line = orphan_line(strays[edge.pid])
+        assert line.startswith(f"the edge (Caddy) pid {edge.pid} (") and "outside the supervisor" in line
+        assert "with the key it started with" in line and f"kill {edge.pid}" in line
+        # the same supervisord dead: its programs are strays too, it alone is named (its tree under it)
+        Path(paths.supervisord_pid).write_text("999999999\n")
+        state = probe(settings)
+        second = next(o for o in state.orphans if o["pid"] == supervised.pid)
+        assert second["program"] == "supervisord" and len(second["pids"]) == 3
+        assert not [o for o in state.orphans if o["pid"] in children_of(supervised.pid)]
+        assert state.stray_programs() == {"vllm", "edge", "idle"}
+        assert state.stray_programs(("router", "edge")) == {"router", "edge"}
+        cfg = {"orphans": [{"pid": o["pid"], "start": o["start"]} for o in state.orphans], "timeout": 5}
+        out = subprocess.run(["sh", "-c", podctl_command("reap", cfg)], capture_output=True, text=True, check=True)
+        result = json.loads(out.stdout)
+        assert result["left"] == [] and result["stopped"] == sorted(p for o in state.orphans for p in o["pids"])
+        for proc in (launch, edge, idle, supervised):
+            proc.wait(timeout=10)
+        assert live(stop.pid) and live(mention.pid)
+        assert not [o for o in probe(settings).orphans if o.get("stray")]
+    finally:
+        for proc in procs:
+            for pid in [proc.pid, *children_of(proc.pid)]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            proc.wait()

@@ -332,7 +332,7 @@ def test_the_watcher_runs_on_the_python_the_host_has():
     )
     assert out.returncode == 0, out.stderr
     imported = {line.split()[1].split(".")[0] for line in source.splitlines() if line.startswith(("import ", "from "))}
-    assert imported <= {"json", "os", "re", "shutil", "signal", "socket", "subprocess", "sys", "time", "urllib"}
+    assert imported <= {"json", "math", "os", "re", "shutil", "signal", "socket", "subprocess", "sys", "time", "urllib"}
 
 
 def test_after_a_stop_the_next_idle_spell_stops_again_once_the_server_is_back(tmp_path):
@@ -348,3 +348,51 @@ def test_after_a_stop_the_next_idle_spell_stops_again_once_the_server_is_back(tm
         watcher.tick()
         readings.t += 5
     assert len(stops) == 2 and stops[1] - stops[0] >= 60 + 50
+
+
+@pytest.mark.parametrize(
+    "changes, problem",
+    [
+        ({}, None),
+        ({"idle_seconds": float("nan")}, "idle_seconds must be a finite number from 0 to 31622400 (got nan)"),
+        ({"idle_seconds": float("inf")}, "idle_seconds must be a finite number from 0 to 31622400 (got inf)"),
+        ({"idle_seconds": 10**20}, "idle_seconds must be a finite number from 0 to 31622400 (got 1e+20)"),
+        ({"idle_seconds": -1}, "idle_seconds must be a finite number from 0 to 31622400 (got -1)"),
+        ({"idle_seconds": "30"}, "idle_seconds must be a number (got '30')"),
+        ({"idle_seconds": True}, "idle_seconds must be a number (got True)"),
+        ({"poll_seconds": 0}, "poll_seconds must be a finite number from 0.1 to 3600, not 0 (got 0)"),
+        ({"usd_per_hour": float("nan")}, "usd_per_hour must be a finite number from 0 to 1000000 (got nan)"),
+        ({"usd_per_hour": None}, None),
+        ({"state_file": None}, "state_file must be a file path (got None)"),
+        ({"action": "shutdown"}, "action must be runpod or server (got 'shutdown')"),
+        ({"metrics_url": None}, "metrics_url must be vLLM's http:// metrics address (got None)"),
+        ({"follow": {"address": "10.0.0.1", "port": 29500}, "metrics_url": None}, None),
+        ({"follow": {"address": "10.0.0.1"}}, "follow must name the head's address and port"),
+        ({"supervisorctl": None}, "supervisorctl and supervisord_conf must name"),
+    ],
+)
+def test_the_watcher_checks_its_config_before_it_promises_anything(changes, problem):
+    from podkit.host.render import idle_config
+    from tests.helpers import settings
+
+    cfg = {**json.loads(idle_config(settings(podkit_idle_stop_minutes=30), "box", None)), **changes}
+    found = idle.config_problem(cfg)
+    assert found == problem if problem is None else found.startswith(problem), found
+
+
+@pytest.mark.proc
+def test_the_watcher_refuses_a_config_it_cannot_read_in_one_line_and_the_deploy_refuses_to_write_one(tmp_path):
+    from podkit.host.render import idle_config_problems
+    from tests.helpers import settings
+
+    path = tmp_path / "idle.json"
+    for text, said in (("{", "cannot read it ("), ('{"idle_seconds": NaN}', "state_file must be a file path")):
+        path.write_text(text)
+        out = subprocess.run(["python3", idle.__file__, str(path)], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 2 and out.stderr == "" and len(out.stdout.splitlines()) == 1
+        assert f"podkit-idle: {path}: {said}" in out.stdout and out.stdout.rstrip().endswith("writes a valid one")
+    assert idle_config_problems(settings(podkit_idle_stop_minutes=30), "box", None) == []
+    assert idle_config_problems(settings(podkit_idle_stop_minutes=10**9), "box", None) == [
+        "the idle watcher would refuse its config (idle_seconds must be a finite number from 0 to 31622400 "
+        "(got 6e+10)): fix podkit_idle_stop_minutes"
+    ]

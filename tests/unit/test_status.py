@@ -208,6 +208,7 @@ CASES = {
         remote=podctl_status(
             **{**STOPPED_SERVER, "programs": {"vllm": "FAILED", "edge": "ACTIVE", "idle": "ACTIVE"}},
             supervisor_pid=None,
+            supervisor="systemd",
         ),
         pod=None,
         expect=dict(state="crashed"),
@@ -231,6 +232,67 @@ CASES = {
         expect=dict(state="starting"),
         says=["box-1: starting"],
         never=["start it"],
+    ),
+    "the idle watcher FATAL (a config it cannot read): no deadline, a problem with its last line and the fix": dict(
+        settings={"podkit_idle_stop_minutes": 30},
+        remote=podctl_status(
+            programs={"vllm": "RUNNING", "edge": "RUNNING", "idle": "FATAL"},
+            program_said={"idle": "idle.py: /v/podkit/bin/idle.json: idle_seconds must be finite (got nan)"},
+        ),
+        pod=None,
+        expect=dict(
+            state="up",
+            idle_stop_in_minutes=None,
+            idle_stop_at=None,
+            problems=[
+                "the idle watcher is FATAL under supervisord: nothing stops the server (or the pod) when it is "
+                "idle: it bills until stopped by hand; its log says: idle.py: /v/podkit/bin/idle.json: "
+                "idle_seconds must be finite (got nan); fix that and re-apply (podkit up)"
+            ],
+        ),
+        says=["  problem: the idle watcher is FATAL under supervisord: nothing stops"],
+        never=["in 27 min", "idle stop:"],
+    ),
+    "the edge backing off under supervisord: a problem": dict(
+        settings={},
+        remote=podctl_status(programs={"vllm": "RUNNING", "edge": "BACKOFF", "idle": "RUNNING"}, program_said={}),
+        pod=None,
+        expect=dict(
+            problems=[
+                "the edge (Caddy) is BACKOFF under supervisord: clients cannot reach the server; fix that and "
+                "re-apply (podkit up)"
+            ]
+        ),
+        says=["  problem: the edge (Caddy) is BACKOFF"],
+        never=[],
+    ),
+    "supervisord killed, its programs serving unsupervised: up, and two problems": dict(
+        settings={"podkit_idle_stop_minutes": 30},
+        remote=podctl_status(
+            supervisor_pid=None,
+            programs={},
+            leftovers=[
+                {
+                    "pid": 4300,
+                    "start": "9",
+                    "program": "edge",
+                    "stray": True,
+                    "title": "the edge (Caddy)",
+                    "command": "caddy run --config Caddyfile --adapter caddyfile",
+                    "pids": [4300],
+                    "rss_bytes": 2**25,
+                }
+            ],
+        ),
+        pod=None,
+        expect=dict(state="up", idle_stop_in_minutes=None),
+        says=[
+            "  problem: supervisord does not run: nothing restarts a program that exits",
+            "  problem: the edge (Caddy) pid 4300 (caddy run --config Caddyfile --adapter caddyfile) runs from "
+            "this volume's files outside the supervisor",
+            "with the key it started with; the deploy stops it before starting its own (or: kill 4300)",
+        ],
+        never=["in 27 min"],
     ),
     "an unreachable bare-metal host": dict(
         settings={"podkit_usd_per_hour": 1.5},

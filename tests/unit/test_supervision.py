@@ -26,8 +26,11 @@ import pytest
 
 from podkit.client.targets import way_in
 from podkit.host import render
+from podkit.host.diagnose import diagnose
 from podkit.host.probe import parse_probe, podctl_command, probe_config, server_config
 from podkit.host.readiness import WaitResult, wait_config
+from podkit.host.status import host_status, parse_status, status_config
+from podkit.host.supervision import status_problems
 from podkit.plan.hostplan import HostPlan
 from podkit.remote import podctl
 from podkit.settings import PackageSpec
@@ -509,3 +512,178 @@ def test_launch_sh_passes_on_the_status_of_a_vllm_that_exits_at_once(pod):
         assert line[0].endswith("podkit: vLLM exited with status 3")
     finally:
         end_group(launch)
+
+
+# --- issue 27: one supervisor per volume, never an empty key, no promise without its process -----
+
+
+@pytest.mark.proc
+def test_an_empty_key_file_stops_the_launch_script_before_vllm_with_one_line(pod):
+    """vLLM takes an empty VLLM_API_KEY for no key at all: the launch script refuses to start it."""
+    box = pod()
+    Path(box.paths.api_key).write_text("")
+    launch = launch_alone(box, f"touch {shlex.quote(str(box.control / 'vllm-ran'))}\nsleep 30\n")
+    try:
+        assert launch.wait(timeout=10) == 1
+    finally:
+        end_group(launch)
+    assert not (box.control / "vllm-ran").exists() and "podkit: starting vLLM" not in box.log()
+    assert f"podkit: the API key file {box.paths.api_key} is empty; re-apply" in box.log()
+    found = diagnose(box.log().splitlines())
+    assert found and found.line().startswith("the API key file on the host is empty")
+    edge = subprocess.run([box.paths.edge_script], capture_output=True, text=True, timeout=10)
+    assert edge.returncode == 1 and f"the API key file {box.paths.api_key} is empty" in edge.stderr
+    assert not (box.control / "caddy-ran").exists()
+
+
+@pytest.mark.proc
+def test_after_supervisord_is_killed_its_programs_are_strays_that_supervise_will_not_start_beside(pod):
+    """kill -9 supervisord: its programs run on, re-parented. The probe names each as a stray,
+    supervise refuses to start a second supervisord beside them, and once they are reaped it
+    starts one, whose programs are then the only ones."""
+    box = pod()
+    box.supervise()
+    vllm, edge = box.running()
+    old = box.supervisord()
+    os.kill(old, signal.SIGKILL)
+    wait_for(lambda: not box.supervisord(), 10, "supervisord gone")
+    state = box.probe()
+    strays = {o["program"]: o for o in state.orphans if o.get("stray")}
+    assert set(strays) == {"vllm", "edge", "idle"}, state.orphans
+    assert vllm in strays["vllm"]["pids"] and strays["edge"]["pid"] == edge
+    assert state.stray_programs() == {"vllm", "edge", "idle"}
+    refused = box.supervise()
+    assert not refused["ok"] and "still run(s) outside the supervisor" in refused["error"]
+    assert f"the edge (Caddy) pid {edge}" in refused["error"] and not box.supervisord()
+    cfg = {"orphans": [{"pid": o["pid"], "start": o["start"]} for o in state.orphans], "timeout": 5}
+    assert json.loads(box.podctl("reap", cfg))["left"] == []
+    assert box.supervise() == {"ok": True, "done": ["started supervisord"]}
+    new_vllm, new_edge = box.running()
+    assert (new_vllm, new_edge) != (vllm, edge) and not live(vllm) and not live(edge)
+    assert not [o for o in box.probe().orphans if o.get("stray")]
+
+
+@pytest.mark.proc
+def test_an_idle_config_the_watcher_cannot_read_leaves_it_fatal_and_status_says_so(pod):
+    """A malformed bin/idle.json: the watcher says one line and exits; supervisord leaves it FATAL;
+    status shows no deadline but the problem, with that line and the fix."""
+    box = pod(podkit_start_retries=1)
+    config = json.loads(Path(box.paths.idle_config).read_text())
+    Path(box.paths.idle_config).write_text(json.dumps({**config, "idle_seconds": float("nan")}))
+    box.supervise()
+    wait_for(lambda: box.programs().get("idle") == "FATAL", 20, "the watcher FATAL")
+    said = Path(box.paths.idle_log).read_text().splitlines()
+    assert said[-1].endswith(
+        f"podkit-idle: {box.paths.idle_config}: idle_seconds must be a finite number from 0 to 31622400 (got nan); "
+        "re-apply (podkit up), which writes a valid one"
+    )
+    remote = parse_status(box.podctl("status", status_config(box.settings, "box")))
+    problems = status_problems(remote)
+    assert problems == [
+        "the idle watcher is FATAL under supervisord: nothing stops the server (or the pod) when it is idle: it bills "
+        f"until stopped by hand; its log says: {said[-1]}; fix that and re-apply (podkit up)"
+    ]
+    assert host_status("box", box.settings, remote).idle_stop_in_minutes is None
+
+
+def waited(crashes=0, crashes_before=0, vllm_pid=None, programs=None, stopped=None):
+    """``podctl wait``'s answer for a server that does not answer yet."""
+    return WaitResult.parse(
+        json.dumps(
+            {
+                "ready": False,
+                "health": None,
+                "models": None,
+                "runner": {
+                    "pid": 4101,
+                    "vllm_pid": vllm_pid,
+                    "crashes": crashes,
+                    "programs": programs or {"vllm": "RUNNING", "edge": "RUNNING", "idle": "RUNNING"},
+                },
+                "crashes_before": crashes_before,
+                "stopped": stopped,
+                "log_tail": [],
+            }
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    "result, hopeless, says",
+    [
+        # three exits counted before the re-apply, the server between two starts: not this start's crashes
+        (waited(crashes=3, crashes_before=3), False, "vLLM did not answer within"),
+        (waited(crashes=4, crashes_before=3), False, "vLLM did not answer within"),
+        (waited(crashes=5, crashes_before=3), True, "vLLM exited 2 times after"),
+        (waited(crashes=2), True, "vLLM exited 2 times after"),
+        (waited(crashes=5, crashes_before=0, vllm_pid=4230), False, "vLLM did not answer within"),
+        (
+            waited(
+                programs={"vllm": "STOPPED", "edge": "RUNNING", "idle": "RUNNING"},
+                stopped={"by": "podkit down", "why": "stopped with podkit down", "at": 1},
+            ),
+            True,
+            "vLLM was stopped on purpose while the deploy waited for it (podkit down: stopped with podkit down); "
+            "re-apply (podkit up) to start it",
+        ),
+    ],
+)
+def test_readiness_gives_up_on_this_starts_crashes_and_on_a_stop_on_purpose_only(result, hopeless, says):
+    settings = settings_for(Path("/v"))
+    assert result.hopeless is hopeless
+    assert result.failure(settings, 30).startswith(says)
+
+
+@pytest.mark.proc
+def test_a_server_stopped_with_podkit_down_during_the_wait_ends_the_wait_saying_so(pod):
+    box = pod()
+    box.supervise()
+    box.running()
+    down = json.loads(box.podctl("down", status_config(box.settings, "box")))
+    assert down["ok"], down
+    result = box.wait(window=30)
+    assert result.hopeless and result.stopped["by"] == "podkit down"
+    assert result.failure(box.settings, 3).startswith("vLLM was stopped on purpose while the deploy waited")
+
+
+@pytest.mark.proc
+def test_podkit_down_waits_for_a_deploys_lock_and_stops_without_the_venvs_python_or_says_what_is_missing(pod):
+    import fcntl
+
+    box = pod()
+    box.supervise()
+    box.running()
+    cfg = status_config(box.settings, "box")
+    held = os.open(box.settings.volume, os.O_RDONLY)  # a deploy's lock on the volume folder
+    fcntl.flock(held, fcntl.LOCK_EX)
+    try:
+        refused = json.loads(box.podctl("down", {**cfg, "lock_wait": 1}))
+    finally:
+        os.close(held)
+    assert not refused["ok"] and refused["error"].startswith("a deploy holds this host (")
+    assert refused["error"].endswith("did not end within 1 s; wait for it to end, then run podkit down again")
+    assert box.programs()["vllm"] == "RUNNING"
+    os.rename(box.paths.idle_script, box.paths.idle_script + ".away")
+    missing = json.loads(box.podctl("down", cfg))
+    assert missing == {
+        "ok": False,
+        "error": f"the idle watcher's program {box.paths.idle_script} is missing, and the stop goes through it; "
+        "re-apply (podkit up) to restore podkit's files, then run podkit down again",
+    }
+    os.rename(box.paths.idle_script + ".away", box.paths.idle_script)
+    os.unlink(Path(box.paths.venv) / "bin" / "python")  # the venv's Python gone: idle.py runs on podctl's
+    done = json.loads(box.podctl("down", cfg))
+    assert done["ok"] and done["done"].startswith("stopped vLLM"), done
+    assert box.programs()["vllm"] == "STOPPED"
+
+
+def test_podkit_down_says_in_one_line_what_came_back_instead_of_an_answer():
+    from podkit_cli.lifecycle import parse_status_line
+
+    assert parse_status_line("", "Traceback ...\nFileNotFoundError: [Errno 2] python\n", 1) == {
+        "ok": False,
+        "error": "podctl down exited 1 without an answer: FileNotFoundError: [Errno 2] python",
+    }
+    assert parse_status_line("", "", 255) == {"ok": False, "error": "podctl down exited 255 without an answer"}
+    assert parse_status_line('{"ok": true, "done": "stopped vLLM"}\n') == {"ok": True, "done": "stopped vLLM"}
+    assert parse_status_line("[1]\n")["error"] == "podctl answered something else: [1]"

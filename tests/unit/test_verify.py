@@ -438,7 +438,13 @@ def test_a_stranger_on_the_port_never_gets_the_key_and_is_named_in_one_line(stub
     )
     # no "the server runs without auth": the answers came from the stranger, so none is reported
     names = [c.name for c in report.checks]
-    assert names == ["port held by podkit", *KEY_CHECKS, "no orphaned engine", "edge refuses the rest"]
+    assert names == [
+        "port held by podkit",
+        *KEY_CHECKS,
+        "no orphaned engine",
+        "programs supervised",
+        "edge refuses the rest",
+    ]
     assert report.outcome == Outcome.PORT_TAKEN and int(report.outcome) == 7
 
 
@@ -544,6 +550,7 @@ def test_podkit_verify_over_real_ssh_refuses_a_stranger_on_the_port(stub, tmp_pa
     # the stub serves no /openapi.json and no vLLM runs: the routes to try are unknown
     assert [(c["name"], c["outcome"]) for c in box] == [
         ("port held by podkit", "port_taken"),
+        ("programs supervised", "error"),  # no supervisord of podkit's runs on the stub's host
         ("edge refuses the rest", "error"),
     ], box
     assert box[0]["detail"].startswith(f"port {port} on box is held by pid {os.getpid()} (")
@@ -608,3 +615,47 @@ def test_routes_the_host_could_not_read_fail_the_edge_check_alone(stub):
     assert check.detail == "could not read the running vLLM's /openapi.json on the host"
     assert report.checks[-1] is check
     assert not {"/openapi.json", "/docs"} & {path for path, _, _ in StubServer.seen}, "nothing to try: nothing asked"
+
+
+SUPERVISED = {"vllm": "RUNNING", "edge": "RUNNING", "idle": "RUNNING"}
+
+
+@pytest.mark.parametrize(
+    "supervisor, pid, programs, said, ok, says",
+    [
+        ("supervisord", 4101, SUPERVISED, {}, True, "supervisord: edge RUNNING, idle RUNNING, vllm RUNNING"),
+        (
+            "supervisord",
+            4101,
+            {**SUPERVISED, "idle": "FATAL"},
+            {"idle": "idle.py: bin/idle.json: idle_seconds must be a finite number (got nan)"},
+            False,
+            "the idle watcher is FATAL under supervisord: nothing stops the server (or the pod) when it is idle: "
+            "it bills until stopped by hand; its log says: idle.py: bin/idle.json: idle_seconds must be a finite "
+            "number (got nan); fix that and re-apply (podkit up)",
+        ),
+        ("supervisord", None, {}, {}, False, "supervisord does not run: nothing restarts a program that exits"),
+        ("supervisord", 4101, {"error": "timed out"}, {}, False, "supervisord does not answer on its socket"),
+        (
+            "systemd",
+            1,
+            {"vllm": "ACTIVE", "edge": "INACTIVE", "idle": "FAILED"},
+            {},
+            False,
+            "the idle watcher is FAILED",
+        ),
+        ("supervisord", 4101, {**SUPERVISED, "idle": "STARTING"}, {}, True, "idle STARTING"),
+        ("supervisord", 4101, {"router": "BACKOFF", "edge": "RUNNING"}, {}, False, "the router is BACKOFF"),
+    ],
+)
+def test_a_program_its_supervisor_does_not_run_fails_verify_with_its_log_line_and_fix(
+    supervisor, pid, programs, said, ok, says
+):
+    from podkit.client.verify import program_check
+
+    check = program_check(
+        ServerInfo("pod", supervisor=supervisor, supervisor_pid=pid, programs=programs, program_said=said), 0.1
+    )
+    assert check.ok is ok and check.name == "programs supervised"
+    assert check.detail.startswith(says) if not ok else says in check.detail, check.detail
+    assert ok or "edge (Caddy) is INACTIVE" not in check.detail  # a follower has no edge: inactive is no problem
