@@ -424,7 +424,7 @@ class HostState:
     def stray_programs(self, programs: tuple[str, ...] = PROGRAMS) -> set[str]:
         """The programs of which a copy runs outside the supervisor (a stray supervisord: all of
         them): once the strays are stopped, these restart, so what serves is the supervisor's own."""
-        found = {orphan.get("program") for orphan in self.orphans if orphan.get("stray")}
+        found = {str(orphan.get("program")) for orphan in self.orphans if orphan.get("stray")}
         if "supervisord" in found:
             return set(programs)
         # the launch script runs vLLM, or on a router host the router (the first program)
@@ -467,7 +467,7 @@ def stray_line(stray: dict[str, Any], held: str, pids: str) -> str:
         "edge": "it may still accept requests on the port, with the key it started with",
         "idle": "it may stop the server on a clock of its own",
         "supervisord": "it runs a second set of programs",
-    }.get(stray.get("program"), "it runs beside podkit's own")
+    }.get(str(stray.get("program")), "it runs beside podkit's own")
     return (
         f"{stray.get('title') or 'a program'} pid {stray['pid']} ({stray.get('command') or '?'}) runs from this "
         f"volume's files outside the supervisor (a supervisord that died left it) and holds {held}: {serves}; "

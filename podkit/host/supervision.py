@@ -9,6 +9,7 @@ and ``podctl describe``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from podkit.host.probe import orphan_line
@@ -38,7 +39,7 @@ def program_problems(
     supervisor_pid: int | None,
     programs: dict[str, str],
     said: dict[str, str | None] | None = None,
-    leftovers: list[dict[str, Any]] = (),
+    leftovers: Sequence[dict[str, Any]] = (),
 ) -> list[str]:
     """One line per broken promise, each with its fix: the supervisor is not running (or does
     not answer), a program other than the server is not running (the server's own state is the
