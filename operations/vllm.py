@@ -9,6 +9,7 @@ import time
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 
+from operations.rollback import restore_served
 from podkit.client.targets import pin_ca
 from podkit.host.install import install_command
 from podkit.host.probe import VllmInstall, podctl_command
@@ -72,7 +73,13 @@ def venv(
 
 
 def _wait_ready(
-    state, host, settings: Settings, pin: bool = False, window: float = 15.0, profile: dict | None = None
+    state,
+    host,
+    settings: Settings,
+    pin: bool = False,
+    window: float = 15.0,
+    profile: dict | None = None,
+    restore: dict | None = None,
 ) -> bool:
     start = time.monotonic()
     up_started_at = os.environ.get(UP_STARTED)  # set by podkit up: the start's total runs from there
@@ -98,15 +105,19 @@ def _wait_ready(
                 host.log(f"pinned the edge's CA certificate: {pin_ca(host.name, result.ca_root)}")
             return True
         if result.hopeless or elapsed >= settings.ready_timeout:
-            host.log_styled(clean(result.failure(settings, elapsed), lines=True), fg="red", log_func=logger.error)
+            failure = clean(result.failure(settings, elapsed), lines=True)
+            host.log_styled(failure, fg="red", log_func=logger.error)
             for line in result.log_tail[-25:]:
                 host.log(f"  | {clean(line)}", log_func=logger.error)
-            return False
+            # the last line: a working server this run took down comes back from the files it served
+            return restore_served(state, host, settings, restore, failure, _wait_ready) if restore else False
         host.log(clean(result.progress(elapsed, settings.ready_timeout), lines=True))
 
 
 @operation(is_idempotent=False)
-def endpoint(settings: Settings, ready: bool, pin: bool = False, profile: dict | None = None):
+def endpoint(
+    settings: Settings, ready: bool, pin: bool = False, profile: dict | None = None, restore: dict | None = None
+):
     """
     Ensure the server answers ``/health`` and lists the served model (with the key), and the
     edge answers ``/health``.
@@ -118,6 +129,8 @@ def endpoint(settings: Settings, ready: bool, pin: bool = False, profile: dict |
     + ready: the probe found the server ready and nothing has been restarted since
     + pin: keep the edge CA's root certificate on the controller once it exists (internal TLS)
     + profile: what records a ready start's measured KV cache size for the next start (None: nothing)
+    + restore: when the start fails, put back the files that served before and restart them
+      (``podctl restore``'s config: ``podkit.host.rollback.restore_config``); None: no working server was taken down
 
     **Example:**
 
@@ -133,4 +146,6 @@ def endpoint(settings: Settings, ready: bool, pin: bool = False, profile: dict |
             f"vLLM answers and lists {settings.served_model_name!r}, behind the edge on port {settings.edge_port}"
         )
         return
-    yield FunctionCommand(_wait_ready, (settings,), {"pin": pin, "profile": profile})
+    yield FunctionCommand(
+        _wait_ready, (settings,), {"pin": pin, "profile": profile, **({"restore": restore} if restore else {})}
+    )
