@@ -144,7 +144,10 @@ def _check_launch(state, host, command: str, settings: Settings, argv: list[str]
     status, output = host.run_shell_command(command, print_output=False)
     result = CheckResult.parse(output.stdout, output.stderr)
     if result.ok:
-        host.log(f"vLLM {result.version} reads the new launch: its arguments, engine config and sampling defaults")
+        took = f" ({result.seconds:.0f} s)" if result.seconds is not None else ""
+        host.log(
+            f"vLLM {result.version} reads the new launch: its arguments, engine config and sampling defaults{took}"
+        )
         return True
     return _refuse(state, host, [refusal(settings, argv, result, package)])
 
