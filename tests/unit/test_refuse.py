@@ -240,3 +240,35 @@ def test_the_served_files_are_copied_once_and_put_back_by_their_copies(tmp_path)
     cfg = restore_config(chosen, kept)
     assert [copy_of(launch), launch] in cfg["pairs"] and cfg["restart"] == ["vllm"] and cfg["sudo"] is True
     assert set(copies(chosen)) <= set(probe_config(chosen)["files"])  # summed in the one probe
+
+
+# -- a cluster as a whole: a node refused at a step stops the others there --------------------------
+
+
+@pytest.mark.parametrize(
+    "failed, refused",
+    [
+        ([], None),
+        (["b"], "cluster big: b refused (see its lines), so this node changes nothing either"),
+        (["elsewhere"], None),  # a host of another cluster, or none: not this cluster's business
+    ],
+)
+def test_a_node_refused_stops_every_node_of_its_cluster_before_any_change(failed, refused):
+    from types import SimpleNamespace
+
+    from pyinfra.api import FunctionCommand
+    from pyinfra.context import ctx_host, ctx_state
+
+    from operations import preflight
+    from tests.unit.test_operations import FakeHost
+
+    me = FakeHost()
+    me.name = "a"
+    state = SimpleNamespace(failed_hosts=[SimpleNamespace(name=name) for name in failed])
+    with ctx_host.use(me), ctx_state.use(state):
+        yielded = list(preflight.together._inner(cluster="big", members=["a", "b"], step="their preflight"))
+    if refused is None:
+        assert yielded == [] and me.noops == ["every node of big passed their preflight"]
+        return
+    (command,) = yielded
+    assert isinstance(command, FunctionCommand) and refused in command.args[0][0]
