@@ -63,10 +63,9 @@ REFUSED = [
         id="a generation config key vLLM ignores",
     ),
     pytest.param(
-        "vllm_max_model_len=10000000",
-        "preflight: vllm_max_model_len: vLLM 0.32.0 refuses the engine config: User-specified max_model_len "
-        "(10000000) is greater than the derived max_model_len",
-        id="a context the model's config does not allow",
+        f"vllm_extra_args={json.dumps([*SANDBOX_ARGS, '--quantization', 'bogus'])}",
+        "preflight: vllm_extra_args: vLLM 0.32.0 refuses the engine config: Unknown quantization method: bogus.",
+        id="a value only vLLM's engine config knows",
     ),
 ]
 
