@@ -6,8 +6,12 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from podkit.host.rollback import copy_of, keep_command, kept_files, restore_config, to_keep
 from tests.unit.test_supervision import pod, wait_for  # noqa: F401 - the fixture, with its stand-ins
+
+pytestmark = pytest.mark.proc  # real supervisord, shells and podctl
 
 BROKEN_LAUNCH = "#!/bin/sh\necho 'podkit: starting vLLM'\necho 'ValueError: no KV cache for one request'\nexit 1\n"
 
