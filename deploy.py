@@ -5,13 +5,15 @@
 
 Reads top to bottom in the order a host converges: read the host (one remote
 command), plan and preflight, the volume, vLLM (with Caddy and supervisord),
-caches, key, checkpoint, launch script, the edge, what supervises them
-(supervisord, or systemd units), readiness. On a converged host every operation
-reports "No changes" and the run costs one remote command.
+checkpoint, the installed vLLM's check of the new launch (only when a restart is
+due) with a copy of the files a working server runs, caches, key, launch script,
+the edge, what supervises them (supervisord, or systemd units), readiness (which
+puts the copied files back when the new start fails). On a converged host every
+operation reports "No changes" and the run costs one remote command.
 
 A node of a cluster (``podkit_cluster``: one model across several hosts) also reads
 the other nodes' probes (each host is still probed once), stops with them when they
-disagree, and starts its rank in the same step as theirs; a follower runs vLLM
+disagree or any of them is refused, and starts its rank in the same step as theirs; a follower runs vLLM
 headless, without the edge. A router host (``podkit_role = "router"``) converges
 after every server of the run.
 
@@ -25,10 +27,11 @@ import os
 from pyinfra import host, inventory, state
 from pyinfra.api.exceptions import DeployError, NoGroupError
 
-from operations import checkpoint, facts, interrupt, preflight, router, supervisor, vllm, volume
+from operations import checkpoint, facts, interrupt, preflight, rollback, router, supervisor, vllm, volume
 from podkit import project_path
 from podkit.client.targets import pin_ca, record_role, way_in
 from podkit.host.cluster import Member, cluster_of
+from podkit.host.launchcheck import check_command, serve_arguments
 from podkit.host.measure import deploy_step
 from podkit.host.preflight import choose_vllm, host_problems
 from podkit.host.probe import (
@@ -50,7 +53,9 @@ from podkit.host.render import (
     serve_argv,
     server_env,
 )
-from podkit.host.router import port_problems, replicas_of, router_ports, router_problems
+from podkit.host.rollback import restorable as rollback_due
+from podkit.host.rollback import restore_config, to_keep
+from podkit.host.router import port_problems, replicas_of, router_ports, router_problems, self_problems
 from podkit.host.startup import plan_record
 from podkit.keys import ApiKeyError, ensure_key, file_content, key_digest, read_hf_token
 from podkit.paths import EDGE_UNIT_NAME, EDGE_UNIT_PATH, IDLE_UNIT_NAME, IDLE_UNIT_PATH, UNIT_NAME, UNIT_PATH
@@ -145,6 +150,17 @@ def the_cluster():
     return found
 
 
+def as_a_whole(cluster, what: str, step: str) -> None:
+    """A cluster converges as a whole or not at all: every node stops here when one was refused at ``step``
+    (pyinfra runs an operation on every host before the next, so each node has had its turn)."""
+    preflight.together(
+        name=f"Ensure every node of {cluster.name} {what}",
+        cluster=cluster.name,
+        members=[m.name for m in cluster.members],
+        step=step,
+    )
+
+
 def changed(paths_read: list[str]) -> bool:
     """Whether any of these files differs from what is on the host (a restart is due)."""
     sums = {f.path: f.sha256 for f in files.values()} | {paths.api_key: key_digest(key)}
@@ -177,6 +193,7 @@ if settings.role == "server":
         prefer_fp8=settings.prefer_fp8,
         resolve=lambda m: from_hub(m, token=hf_token),
     )
+    served = f"{launch.fetch.repo}@{launch.fetch.revision[:12]}" if launch.fetch else launch.model
     preflight.checks(
         name="Ensure the model, its context and its download fit this host before anything is installed",
         problems=pod.lock_problems()
@@ -187,6 +204,10 @@ if settings.role == "server":
         + (cluster.problems if cluster else []),
         summary="; ".join(filter(None, [launch.summary(), cluster and cluster.summary(), pod.lock_note()])),
     )
+
+    # A cluster converges as a whole or not at all: a node refused above stops every node here.
+    if cluster:
+        as_a_whole(cluster, "passed its preflight before any node changes", "their preflight")
 
     # 2. The volume (made the SSH user's with sudo if it is missing or root's), its folders, and vLLM
     #    (the system's if it matches, else a venv on the volume) with Caddy and supervisord in the venv.
@@ -202,7 +223,9 @@ if settings.role == "server":
         tools=tools,
         missing_tools=pod.venv.missing_tools(tools),
     )
-    vllm_bin = found.vllm_bin if found else f"{paths.venv}/bin/vllm"
+    vllm_bin, python = (
+        (found.vllm_bin, found.python) if found else (f"{paths.venv}/bin/vllm", f"{paths.venv}/bin/python")
+    )
     device = device_of(pod.gpus)
     files = host_files(
         settings,
@@ -225,25 +248,22 @@ if settings.role == "server":
         paths.profile_record,
     )
 
-    # 3. Every cache on the volume, through one env file the launch script sources.
-    managed("Ensure the env file puts every cache on the volume", "env")
-
-    # 4. One API key: the controller's file is the source (read above); the host gets a 0600 copy.
+    # 3. One API key: the controller's file is the source (read above); the host gets a 0600 copy.
     the_secret("API key", paths.api_key, key)
 
-    # 4b. With podkit_plan_measure: vLLM itself starts once with these flags and random weights
+    # 3b. With podkit_plan_measure: vLLM itself starts once with these flags and random weights
     #     (config and tokenizer only) before the first download of a new checkpoint.
-    measure_step = deploy_step(settings, launch, pod, found.vllm_bin if found else f"{paths.venv}/bin/vllm")
+    measure_step = deploy_step(settings, launch, pod, vllm_bin)
     if settings.plan_measure:
         preflight.measured(
             name="Ensure vLLM starts with these flags on this host (measured with random weights) before the download",
             step=measure_step,
-            python=found.python if found else f"{paths.venv}/bin/python",
+            python=python,
             endpoint=os.environ.get("HF_ENDPOINT"),
             record=plan_record(settings, launch),
         )
 
-    # 5. The checkpoint: a clean hub cache, then the planned snapshot in it (fetched on the host).
+    # 4. The checkpoint: a clean hub cache, then the planned snapshot in it (fetched on the host).
     if hf_token:
         the_secret("Hugging Face token", paths.hf_token, hf_token)
     checkpoint.cache_clean(
@@ -257,7 +277,7 @@ if settings.role == "server":
             name=f"Ensure {launch.fetch.repo}@{launch.fetch.revision[:12]} is complete on the volume",
             spec=launch.fetch,
             paths=paths,
-            python=found.python if found else f"{paths.venv}/bin/python",
+            python=python,
             endpoint=os.environ.get("HF_ENDPOINT"),
             deadline=settings.fetch_timeout,
             complete=launch.fetched,
@@ -265,10 +285,46 @@ if settings.role == "server":
             note=(pod.checkpoint or {}).get("ignored"),
         )
 
+    # 5. Before vLLM restarts (its files changed, or it does not run them), the installed vLLM reads the
+    #    new launch (its own parser and config validation), and a working server's files are kept, to put
+    #    back if the new start fails. Nothing the server reads has changed yet; a converged host pays nothing.
+    programs = programs_for(settings, follower=follower)
+    strays = pod.stray_programs(programs)  # a copy outside the supervisor: stopped below, so this one restarts
+    restart_vllm = (
+        "vllm" in strays
+        or changed(managed_files(settings))
+        or installed.will_change
+        or not pod.serving_current_files()
+        or bool(cluster and cluster.peers_due())
+    )
+    serve = serve_arguments(serve_argv(settings, vllm_bin, launch, cluster))
+    preflight.launch(
+        name=f"Ensure the installed vLLM accepts the new launch of {served} before the server restarts",
+        command=check_command(python, serve, server_env(settings, cluster), settings.generation_config),
+        due=restart_vllm,
+        settings=settings,
+        argv=serve,
+        package=str(package),
+    )
+    if cluster:
+        as_a_whole(
+            cluster, "has its launch accepted by its vLLM before any node restarts", "vLLM's check of their launch"
+        )
+    restorable = rollback_due(
+        settings, pod, restart_due=restart_vllm, reinstall=installed.will_change, cluster=bool(cluster)
+    )
+    rollback.kept(
+        name="Ensure the files that serve now are kept beside them, to put back if the new start fails",
+        paths=to_keep(settings, pod),
+        restorable=restorable,
+    )
+
+    # 6. Every cache on the volume, through one env file the launch script sources.
+    managed("Ensure the env file puts every cache on the volume", "env")
+
     # 6. The launch script, 7. the edge (Caddy: only /v1 with the key, /health; TLS when clients come
     #    in directly), 8. the idle watcher, and 9. what keeps them running: supervisord, or systemd units.
     #    A cluster's follower runs vLLM headless for the head: no API, so no edge; its idle watcher follows the head.
-    served = f"{launch.fetch.repo}@{launch.fetch.revision[:12]}" if launch.fetch else launch.model
     if follower:
         managed(
             f"Ensure the launch script runs rank {cluster.rank} of {cluster.name} headless for the head at "
@@ -304,17 +360,8 @@ if settings.role == "server":
     managed(idle_name, "idle_config")
     managed("Ensure the volume records what the plan predicts, for podkit status to check against vLLM's log", "plan")
 
-    # Restart what reads changed files (content: a mode put back changes nothing), or runs older files;
-    # a cluster's node also when another node restarts (its ranks start together).
-    programs = programs_for(settings, follower=follower)
-    strays = pod.stray_programs(programs)  # a copy outside the supervisor: stopped below, so this one restarts
-    restart_vllm = (
-        "vllm" in strays
-        or changed(managed_files(settings))
-        or installed.will_change
-        or not pod.serving_current_files()
-        or bool(cluster and cluster.peers_due())
-    )
+    # Restart what reads changed files (content: a mode put back changes nothing), or runs older files
+    # (vLLM's, above); a cluster's node also when another node restarts (its ranks start together).
     restart_edge = not follower and (
         "edge" in strays or changed(edge_files(settings)) or installed.will_change or not pod.edge_current_files()
     )
@@ -408,6 +455,7 @@ if settings.role == "server":
             profile=profile,
             # supervise starts the exit count again at a restart; a server left running keeps its own
             crashes_before=0 if restarted and not systemd else pod.crashes,
+            restore=restore_config(settings, pod, tls=way.tls != "off") if restorable else None,
         )
 
 else:
@@ -434,6 +482,7 @@ else:
         problems=pod.lock_problems()
         + host_problems(settings, pod, needs_install=bool(missing_tools) or not pod.venv.python_ok)
         + router_problems(settings, settings.router_group, replicas, found=members is not None)
+        + self_problems(host.name, way, settings.router_group, replicas)
         + port_problems(settings, ports, pod.ports_held)
         + edge_problems(way)
         + render_problems,

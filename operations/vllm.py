@@ -9,6 +9,7 @@ import time
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 
+from operations.rollback import restore_served
 from podkit.client.targets import pin_ca
 from podkit.host.install import install_command
 from podkit.host.probe import VllmInstall, podctl_command
@@ -79,6 +80,7 @@ def _wait_ready(
     window: float = 15.0,
     profile: dict | None = None,
     crashes_before: int = 0,
+    restore: dict | None = None,
 ) -> bool:
     start = time.monotonic()
     up_started_at = os.environ.get(UP_STARTED)  # set by podkit up: the start's total runs from there
@@ -106,15 +108,24 @@ def _wait_ready(
                 host.log(f"pinned the edge's CA certificate: {pin_ca(host.name, result.ca_root)}")
             return True
         if result.hopeless or elapsed >= settings.ready_timeout:
-            host.log_styled(clean(result.failure(settings, elapsed), lines=True), fg="red", log_func=logger.error)
+            failure = clean(result.failure(settings, elapsed), lines=True)
+            host.log_styled(failure, fg="red", log_func=logger.error)
             for line in result.log_tail[-25:]:
                 host.log(f"  | {clean(line)}", log_func=logger.error)
-            return False
+            # the last line: a working server this run took down comes back from the files it served
+            return restore_served(state, host, settings, restore, failure, _wait_ready) if restore else False
         host.log(clean(result.progress(elapsed, settings.ready_timeout), lines=True))
 
 
 @operation(is_idempotent=False)
-def endpoint(settings: Settings, ready: bool, pin: bool = False, profile: dict | None = None, crashes_before: int = 0):
+def endpoint(
+    settings: Settings,
+    ready: bool,
+    pin: bool = False,
+    profile: dict | None = None,
+    crashes_before: int = 0,
+    restore: dict | None = None,
+):
     """
     Ensure the server answers ``/health`` and lists the served model (with the key), and the
     edge answers ``/health``.
@@ -128,6 +139,8 @@ def endpoint(settings: Settings, ready: bool, pin: bool = False, profile: dict |
     + profile: what records a ready start's measured KV cache size for the next start (None: nothing)
     + crashes_before: the server's exits the probe counted, when the deploy did not restart it
       (a restart starts the count at 0): only later exits count as this start's crashes
+    + restore: when the start fails, put back the files that served before and restart them
+      (``podctl restore``'s config: ``podkit.host.rollback.restore_config``); None: no working server was taken down
 
     **Example:**
 
@@ -143,4 +156,8 @@ def endpoint(settings: Settings, ready: bool, pin: bool = False, profile: dict |
             f"vLLM answers and lists {settings.served_model_name!r}, behind the edge on port {settings.edge_port}"
         )
         return
-    yield FunctionCommand(_wait_ready, (settings,), {"pin": pin, "profile": profile, "crashes_before": crashes_before})
+    yield FunctionCommand(
+        _wait_ready,
+        (settings,),
+        {"pin": pin, "profile": profile, "crashes_before": crashes_before, **({"restore": restore} if restore else {})},
+    )

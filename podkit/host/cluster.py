@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podkit.host.preflight import choose_vllm
-from podkit.host.probe import HostState, programs_for
+from podkit.host.probe import HostState, listener_holder, programs_for
 from podkit.settings import SETTINGS, Settings
 
 # Settings every node of a cluster must share: what is served and how (a node's own volume, ports
@@ -192,6 +192,7 @@ def _problems(cluster: Cluster) -> list[str]:
         )
     problems += _network_problems(cluster)
     problems += _agreement_problems(cluster)
+    problems += _port_problems(cluster)
     if me.settings.supervisor != "supervisord":
         problems.append(
             f"cluster {name}: its ranks must restart together, which podkit does under supervisord: set "
@@ -210,6 +211,31 @@ def _problems(cluster: Cluster) -> list[str]:
             f"cluster {name}: vllm_pipeline_parallel_size is {pp} but the cluster has {len(members)} nodes: podkit "
             "runs tensor parallel within a node and one pipeline stage per node; unset vllm_pipeline_parallel_size"
         )
+    return problems
+
+
+def _port_problems(cluster: Cluster) -> list[str]:
+    """The head's store port (``podkit_cluster_port``: vLLM's ``--master-port``) against each node's own
+    ports and, on the head, against who listens there now: a clash kills the head's start after its
+    restart, when the working server is already gone."""
+    problems = []
+    port = cluster.port
+    for member in cluster.members:
+        s = member.settings
+        ours = {s.port: "vllm_port", s.edge_port: "podkit_edge_port"}
+        if port in ours:
+            problems.append(
+                f"cluster {cluster.name}: podkit_cluster_port is {port}, which is {member.name}'s {ours[port]} too: "
+                f"give the cluster's store a port of its own (podkit_cluster_port, default 29501)"
+            )
+            continue
+        held = member.pod.ports_held.get(port) or {}
+        if member.rank == 0 and held.get("held") and not held.get("podkit"):
+            problems.append(
+                f"cluster {cluster.name}: port {port} (podkit_cluster_port, the head's store) is already in use on "
+                f"{member.name} by a process podkit did not start ({listener_holder(held)}): stop it, or set "
+                "podkit_cluster_port to a free port"
+            )
     return problems
 
 

@@ -16,6 +16,7 @@ from importlib import resources
 from typing import Any
 
 from podkit.host.install import CPU_BREAKERS
+from podkit.host.rollback import copies
 from podkit.paths import EDGE_UNIT_NAME, EDGE_UNIT_PATH, IDLE_UNIT_NAME, IDLE_UNIT_PATH, UNIT_NAME, UNIT_PATH
 from podkit.plan.gpus import supports_fp8
 from podkit.settings import PackageSpec, Settings
@@ -139,14 +140,21 @@ def probe_config(
         + idle_files(settings)
         + [paths.plan_file, paths.hf_token]
         + supervision_files(settings)
+        + (copies(settings) if settings.role == "server" else [])
         + list(extra_files),
         "dirs": sorted(paths.directories(router=settings.role == "router")),
         "model_dir": model if local else None,
         "measured": f"{paths.measure}/measured.json",
-        **({"extra_ports": sorted(extra_ports)} if extra_ports else {}),
+        **({"extra_ports": sorted(ports)} if (ports := probed_ports(settings, extra_ports)) else {}),
         # a cluster's node: how it reaches the head (the Instant Cluster variables stand in for data)
         **({"cluster": {"head": settings.cluster_head, "port": settings.cluster_port}} if settings.cluster else {}),
     }
+
+
+def probed_ports(settings: Settings, extra_ports: Sequence[int] = ()) -> set[int]:
+    """The ports whose listener the probe names: ``extra_ports`` (a router host's hops and metrics)
+    and a cluster node's store port (``podkit_cluster_port``, which its head listens on)."""
+    return set(extra_ports) | ({settings.cluster_port} if settings.cluster else set())
 
 
 def managed_files(settings: Settings) -> list[str]:

@@ -142,6 +142,19 @@ def router_problems(settings: Settings, group: str, replicas: list[Replica], fou
     return problems
 
 
+def self_problems(name: str, way: WayIn, group: str, replicas: list[Replica]) -> list[str]:
+    """A router host that is one of its own replicas (by inventory name, or by the address clients
+    reach it at): its router would replace the vLLM it forwards to and wait for itself."""
+    mine = [r.name for r in replicas if r.name == name or r.way.base_url == way.base_url]
+    if not mine:
+        return []
+    return [
+        f"the router's group {group!r} holds this host itself ({', '.join(mine)}, reached at {way.base_url}): a "
+        "router takes the place of the host's vLLM and would wait for itself; take it out of podkit_router_group, "
+        "or run the router on a host of its own"
+    ]
+
+
 def metrics_port(settings: Settings, replicas: list[Replica]) -> int:
     """The router's Prometheus port: the first after vLLM's port and the hops that is not the edge's."""
     port = max([settings.port, *(r.hop_port for r in replicas)]) + 1

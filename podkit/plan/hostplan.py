@@ -190,6 +190,12 @@ def plan_host(
         reasoning_parser=None if settings.reasoning_parser == AUTO else settings.reasoning_parser,
         pipeline_parallel_size=pipeline,
     )
+    if pipeline > 1 and nodes == 1 and not state.gpus:
+        result.problems.append(
+            f"vllm_pipeline_parallel_size is {pipeline} but this host has no GPU and serves alone: vLLM's CPU build "
+            "starts such a pipeline and then fails every request (500, then 503); a pipeline stage per GPU, or "
+            "one per node of a cluster (podkit_cluster): unset vllm_pipeline_parallel_size"
+        )
     record = state.checkpoint if state.checkpoint and state.checkpoint.get("complete") else None
     try:
         if settings.model.startswith("/"):

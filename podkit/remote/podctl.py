@@ -23,6 +23,8 @@ and only says whether the answer was right.
             the idle watcher's last reading, why the server is stopped
     down    stop vLLM on purpose (``podkit down`` on bare metal): the edge stays up
             and answers 503 saying so
+    restore put back the files that served before a failed start, and restart vLLM
+            from them (the deploy's last line: podkit.host.rollback)
 """
 
 import fcntl
@@ -1927,6 +1929,32 @@ def down_lock(cfg):
             return None
 
 
+def restore(cfg):
+    """Put back the files that served before a start that failed (each copy over its file: written
+    whole, then renamed into place, mode kept) and restart vLLM from them, under supervisord or
+    systemd, without waiting for its start (the deploy waits next)."""
+    for kept, live in cfg.get("pairs") or []:
+        part = live + ".part"
+        try:
+            shutil.copy2(kept, part)
+            os.replace(part, live)
+        except OSError as exc:
+            return {"ok": False, "error": "could not put back %s from %s: %s" % (live, kept, exc.strerror or exc)}
+    if cfg.get("supervisor") == "systemd":
+        sudo = ["sudo", "-n"] if cfg.get("sudo") else []
+        reset_crashes(cfg["run_dir"])
+        out = subprocess.run(
+            sudo + ["systemctl", "restart", cfg["unit"]],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        if out.returncode != 0:
+            return {"ok": False, "error": out.stdout.decode(errors="replace").strip()[-300:] or "systemctl failed"}
+        return {"ok": True, "done": ["restarted %s" % cfg["unit"]]}
+    return supervise(dict(cfg, reload=False))
+
+
 def openapi_routes(port):
     """The paths the running vLLM serves, from its own ``/openapi.json`` on loopback (None when
     it does not answer)."""
@@ -1984,6 +2012,7 @@ def main(argv):
         "supervise": supervise,
         "status": status,
         "down": down,
+        "restore": restore,
     }[command](cfg)
     sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
 

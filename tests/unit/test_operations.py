@@ -20,7 +20,7 @@ import pytest
 from pyinfra.api import FileUploadCommand, FunctionCommand
 from pyinfra.context import ctx_host, ctx_state
 
-from operations import checkpoint, interrupt, preflight, supervisor, vllm, volume
+from operations import checkpoint, interrupt, preflight, rollback, supervisor, vllm, volume
 from podkit.host.fetch import FetchSpec
 from podkit.host.probe import VllmInstall
 from podkit.paths import Paths
@@ -42,6 +42,8 @@ OPERATIONS = {
     "supervisor.unit_service": supervisor.unit_service,
     "supervisor.orphans": supervisor.orphans,
     "preflight.checks": preflight.checks,
+    "preflight.launch": preflight.launch,
+    "rollback.kept": rollback.kept,
     "checkpoint.cache_clean": checkpoint.cache_clean,
     "checkpoint.fetched": checkpoint.fetched,
 }
@@ -54,6 +56,7 @@ ADAPTERS = {
         "missing_tools": lambda v: [PackageSpec.parse(spec, "missing_tools") for spec in v],
     },
     "vllm.endpoint": {"settings": lambda v: Settings.from_mapping({**sample_data(), **v})},
+    "preflight.launch": {"settings": lambda v: Settings.from_mapping({**sample_data(), **v})},
     "checkpoint.cache_clean": {"paths": Paths},
     "checkpoint.fetched": {"paths": Paths, "spec": lambda v: FetchSpec(**{**v, "files": tuple(v["files"])})},
 }

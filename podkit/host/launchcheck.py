@@ -1,0 +1,121 @@
+"""The installed vLLM reads a launch before the server restarts with it, and a refusal names the setting.
+
+Before any restart of vLLM the deploy sends ``podkit/remote/vllmcheck.py`` to the host, run by the
+interpreter that has the vLLM it will start, with the server's environment and the rendered
+``vllm serve`` arguments: vLLM's own parser and config validation say whether the launch can start,
+so what podkit refuses follows the installed version, with no list of flags kept here. It costs
+vLLM's import (seconds), so it runs only when a restart is due: a converged re-apply pays nothing.
+
+What is here is pure: the command, and the reading of its answer into one line that names the host's
+setting, vLLM's words and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from podkit.settings import Settings
+
+_HEREDOC = "PODKIT_VLLMCHECK_EOF"
+#: Seconds the check may take (vLLM's import is most of it) before the deploy stops waiting for it.
+CHECK_TIMEOUT = 300
+
+# The settings each flag of the rendered command line comes from (podkit's own flags; a flag of
+# vllm_extra_args is the user's, found in their list), to name what to fix in a refusal.
+_FLAG_SETTINGS = {
+    "--max-model-len": "vllm_max_model_len",
+    "--gpu-memory-utilization": "vllm_gpu_memory_utilization",
+    "--kv-cache-dtype": "vllm_kv_cache_dtype",
+    "--tensor-parallel-size": "vllm_tensor_parallel_size",
+    "--pipeline-parallel-size": "vllm_pipeline_parallel_size",
+    "--tool-call-parser": "vllm_tool_call_parser",
+    "--enable-auto-tool-choice": "vllm_tool_call_parser",
+    "--reasoning-parser": "vllm_reasoning_parser",
+    "--override-generation-config": "vllm_generation_config",
+    "--served-model-name": "vllm_served_model_name",
+}
+
+
+def check_source() -> str:
+    return resources.files("podkit.remote").joinpath("vllmcheck.py").read_text()
+
+
+def check_command(python: str, argv: list[str], env: dict[str, str], generation: dict[str, Any]) -> str:
+    """One shell command: ``python`` (the one with vLLM) runs the check on the rendered ``vllm serve``
+    arguments (``argv`` after ``serve``), with the server's ``env``. No secret is in any of them."""
+    source = check_source()
+    assert _HEREDOC not in source
+    cfg = json.dumps({"argv": list(argv), "env": env, "generation": generation}, sort_keys=True)
+    return f"timeout {CHECK_TIMEOUT} {shlex.quote(python)} - {shlex.quote(cfg)} <<'{_HEREDOC}'\n{source}\n{_HEREDOC}"
+
+
+def serve_arguments(argv: list[str]) -> list[str]:
+    """The words after ``serve`` in a rendered ``vllm serve`` command line (the model first)."""
+    return argv[argv.index("serve") + 1 :]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    ok: bool
+    step: str | None = None
+    error: str | None = None
+    version: str | None = None
+    seconds: float | None = None
+
+    @classmethod
+    def parse(cls, stdout: str, stderr: str = "") -> CheckResult:
+        for line in reversed(stdout.strip().splitlines()):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(data, dict) and "ok" in data:
+                return cls(
+                    bool(data["ok"]), data.get("step"), data.get("error"), data.get("version"), data.get("seconds")
+                )
+        said = " ".join((stderr or stdout).strip().splitlines()[-3:])[-300:]
+        return cls(False, "run", f"the check printed no answer ({said or 'nothing'})")
+
+
+def setting_for(settings: Settings, argv: list[str], result: CheckResult) -> str:
+    """The host setting a refusal is about: the generation step's is vllm_generation_config; else
+    the first flag vLLM's words name, the user's own (vllm_extra_args) before podkit's."""
+    if result.step == "generation":
+        return "vllm_generation_config"
+    text = (result.error or "").lower()
+    mentioned = [
+        word
+        for word in argv
+        if word.startswith("--") and (word.lower() in text or word[2:].replace("-", "_").lower() in text)
+    ]
+    extra = {word.split("=", 1)[0] for word in settings.extra_args if word.startswith("--")}
+    for word in mentioned:
+        if word.split("=", 1)[0] in extra:
+            return "vllm_extra_args"
+    for word in mentioned:
+        if word in _FLAG_SETTINGS:
+            return _FLAG_SETTINGS[word]
+    if result.step == "arguments" and extra:
+        return "vllm_extra_args"
+    return "the vllm_ settings"
+
+
+def refusal(settings: Settings, argv: list[str], result: CheckResult, package: str) -> str:
+    """One line: the setting, vLLM's own words, and the fix; the running server is left as it is."""
+    if result.step in ("import", "run"):
+        return (
+            f"the installed {package} could not check the new launch ({result.error}); the running server was not "
+            f"touched: repair the install (podkit_vllm_package / podkit_vllm_cpu_package) and re-apply"
+        )
+    setting = setting_for(settings, argv, result)
+    what = {"arguments": "refuses the command line", "config": "refuses the engine config"}.get(
+        result.step or "", "refuses the sampling defaults"
+    )
+    version = f"vLLM {result.version}" if result.version else package
+    return (
+        f"{setting}: {version} {what}: {result.error}; fix {setting} and re-apply (the running server was not touched)"
+    )

@@ -1,0 +1,182 @@
+"""vllmcheck: the installed vLLM reads a launch before podkit restarts the server with it.
+
+Sent inline like podctl (``PYTHON - '<json>'``), but run by the interpreter that has vLLM (the
+venv's, or the system's), with the server's environment: it costs vLLM's import, so the deploy
+runs it only when a restart is due. Three steps, each vLLM's own code, none needing the GPU or
+the weights:
+
+    arguments   ``vllm serve``'s own parser reads the command line and its validation runs
+                (an unknown flag, a bad value, a flag that needs another)
+    config      ``AsyncEngineArgs.from_cli_args(...).create_engine_config()``: the model's
+                config against the context, the parallel sizes, the cache and device settings
+    generation  the model's sampling defaults merged with ``--override-generation-config``,
+                as vLLM gives them to each request, built into vLLM's ``SamplingParams``
+                (what would answer every chat with a 400), and any key vLLM would ignore
+
+It prints one JSON line: ``{"ok": true, "version", "seconds"}``, or ``{"ok": false, "step",
+"error", "version"}`` with vLLM's own words. Never a secret: the key is not in its input.
+"""
+
+import contextlib
+import io
+import json
+import os
+import sys
+import time
+
+
+class _Parsed(Exception):
+    def __init__(self, args):
+        super().__init__("parsed")
+        self.args_namespace = args
+
+
+def _last_error(text, fallback):
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if "error:" in line:
+            return brief(line.split("error:", 1)[1])
+    return lines[-1] if lines else fallback
+
+
+def parse(argv):
+    """The namespace ``vllm serve ARGV`` would run with: vLLM's CLI builds its parser and validates
+    the arguments, and its serve command is stopped before it starts anything."""
+    from vllm.entrypoints.cli import main as cli
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+
+    def intercept(args):
+        if getattr(args, "model_tag", None) is not None:  # as serve's own command does first
+            args.model = args.model_tag
+        raise _Parsed(args)
+
+    ServeSubcommand.cmd = staticmethod(intercept)
+    sys.argv = ["vllm", "serve", *argv]
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
+            cli.main()
+    except _Parsed as parsed:
+        return parsed.args_namespace, None
+    except SystemExit:
+        return None, _last_error(said.getvalue(), "vllm serve exited while reading its arguments")
+    except Exception as exc:  # validation raises ValueError, TypeError, pydantic's errors
+        return None, _words(exc)
+    return None, "vllm serve did not reach its server: " + _last_error(said.getvalue(), "no output")
+
+
+def _words(exc):
+    """vLLM's words for an exception: pydantic's first error without its URL, else the message."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        try:
+            first = errors()[0]
+            where = ".".join(str(part) for part in first.get("loc") or ())
+            said = ("%s: %s" % (where, first.get("msg")) if where else first.get("msg")) or str(exc)
+            return brief(said)
+        except Exception:  # noqa: S110 - fall back to the message
+            pass
+    return brief(str(exc)) or type(exc).__name__
+
+
+def brief(text, most=400):
+    """vLLM's words on one line, without pydantic's "Value error, " and, when long, to the end of
+    the sentence that says what is wrong."""
+    text = " ".join(str(text).split())
+    text = text[len("Value error, ") :] if text.startswith("Value error, ") else text
+    if len(text) > most:
+        end = text.find(". ", 40)
+        text = text[: end + 1] if 0 < end < most else text[: most - 3] + "..."
+    return text
+
+
+def engine_config(args):
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.usage.usage_lib import UsageContext
+
+    engine_args = AsyncEngineArgs.from_cli_args(args)
+    return engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
+
+
+def generation_problem(config, override):
+    """Why the sampling defaults vLLM would give every request are refused by vLLM's own
+    SamplingParams, or which keys of ``override`` vLLM does not read; None when they are fine."""
+    from vllm import SamplingParams
+
+    model = config.model_config
+    ignored = unread_keys(model, override or {})
+    if ignored:
+        return "vLLM does not read %s from it (not a sampling default it knows)" % ", ".join(ignored)
+    params = dict(model.get_diff_sampling_param())
+    if "max_new_tokens" in params:
+        params["max_tokens"] = params.pop("max_new_tokens")
+    try:
+        SamplingParams(**params)
+    except (ValueError, TypeError) as exc:
+        return _words(exc)
+    return None
+
+
+def unread_keys(model, override):
+    """The keys of ``override`` that vLLM leaves out of the defaults it gives each request: each is
+    set alone to a marker, and vLLM's own merge says whether the marker comes through."""
+    saved, unread = model.override_generation_config, []
+    try:
+        for key in sorted(override):
+            marker = object()
+            model.override_generation_config = {key: marker}
+            if not any(value is marker for value in model.get_diff_sampling_param().values()):
+                unread.append(key)
+    finally:
+        model.override_generation_config = saved
+    return unread
+
+
+def config_step(args):
+    """Which input a refused engine config is about: the generation config when the same launch
+    without ``--override-generation-config`` passes, else the launch's other arguments."""
+    if not getattr(args, "override_generation_config", None):
+        return "config"
+    args.override_generation_config = {}
+    try:
+        engine_config(args)
+    except Exception:
+        return "config"
+    return "generation"
+
+
+def check(cfg):
+    os.environ.update(cfg.get("env") or {})
+    start = time.monotonic()
+    try:
+        import vllm
+
+        version = getattr(vllm, "__version__", None)
+    except Exception as exc:
+        return {"ok": False, "step": "import", "error": _words(exc), "version": None}
+    args, error = parse(cfg["argv"])
+    if error:
+        return {"ok": False, "step": "arguments", "error": error, "version": version}
+    try:
+        config = engine_config(args)
+    except Exception as exc:
+        return {"ok": False, "step": config_step(args), "error": _words(exc), "version": version}
+    try:
+        problem = generation_problem(config, cfg.get("generation"))
+    except Exception as exc:
+        problem = _words(exc)
+    if problem:
+        return {"ok": False, "step": "generation", "error": problem, "version": version}
+    return {"ok": True, "version": version, "seconds": round(time.monotonic() - start, 2)}
+
+
+def main(argv):
+    cfg = json.loads(argv[1])
+    real_stdout = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):  # vLLM's logging and prints stay off the answer
+        result = check(cfg)
+    real_stdout.write(json.dumps(result, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv)
