@@ -101,9 +101,12 @@ def setup(rendered: dict, program: Path, folder: Path, spec, key_file: str | Non
 
 
 def _key_file(rendered: dict) -> str:
-    """The key file the rendered env reads (``"$(cat FILE)"``)."""
-    (value,) = [v for v in rendered["env"].values() if "$(cat " in v]
-    return shlex.split(value.removeprefix('"$(cat ').removesuffix(')"'))[0]
+    """The key file the rendered env reads (``"$(cat FILE)"``): one file, however many variables
+    carry the key (each stands alone in the JSON: ``PODKIT_API_KEY``, ``OPENAI_API_KEY``, ...)."""
+    (path,) = {
+        shlex.split(v.removeprefix('"$(cat ').removesuffix(')"'))[0] for v in rendered["env"].values() if "$(cat " in v
+    }
+    return path
 
 
 @dataclass

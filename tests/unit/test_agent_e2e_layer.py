@@ -72,7 +72,7 @@ RENDERED = {
     "host": "sandbox",
     "agent": "fake",
     "files": [{"path": "~/.fake/config.toml", "content": "a = 1\n"}, {"path": ".fake.json", "content": "{}"}],
-    "env": {"PODKIT_API_KEY": '"$(cat KEYFILE)"', "OPENAI_API_KEY": '"$PODKIT_API_KEY"', "FAKE_URL": "http://x/v1"},
+    "env": {"PODKIT_API_KEY": '"$(cat KEYFILE)"', "OPENAI_API_KEY": '"$(cat KEYFILE)"', "FAKE_URL": "http://x/v1"},
     "args": ["--model", "openai/tiny"],
     "run": 'fake --model openai/tiny -t "PROMPT" --yes',
     "notes": [],
