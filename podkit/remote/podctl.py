@@ -886,6 +886,16 @@ def program_kind(argv, files, conf):
     return None
 
 
+def same_files(pid):
+    """The process sees the files podctl sees: it is in podctl's mount namespace. One in another
+    (a container or a test's namespace host on the same kernel, its own volume mounted at the same
+    path) runs another host's files, whatever its argv says: never a stray of this volume."""
+    try:
+        return os.readlink("/proc/%d/ns/mnt" % pid) == os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        return True  # unreadable here (another user's): judged by its argv alone, as before
+
+
 def in_unit(pid, units):
     """The process runs in the cgroup of one of podkit's systemd ``units`` (systemd supervises it)."""
     text = read_text("/proc/%d/cgroup" % pid) or ""
@@ -920,7 +930,7 @@ def program_strays(cfg, table):
         if pid in keep or info["uid"] != uid:
             continue
         kind = "edge" if pid == edge else program_kind(info["argv"], files, sup.get("conf"))
-        if kind and not in_unit(pid, units):
+        if kind and not in_unit(pid, units) and same_files(pid):
             kinds[pid] = kind
 
     def under_another(pid):
