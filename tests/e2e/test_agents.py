@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e import agent_runs
-from tests.e2e.agent_installs import AGENTS, install
+from tests.e2e.agent_installs import AGENTS
 from tests.e2e.agent_specs import CALLS_FILE, SPECS
 
 pytestmark = pytest.mark.e2e
@@ -36,15 +36,16 @@ APIS = {"/v1/responses": "codex", "/v1/messages": "claude", "/v1/chat/completion
 
 
 @pytest.fixture(scope="session")
-def agent_programs():
-    """Each agent's executable, installed (or reused from the cache) once per run, all at once."""
-    installed = install(NAMES)
-    failed = {name: got.error for name, got in installed.items() if got.program is None}
+def agent_programs(early):
+    """Each agent's executable, installed (or reused from the cache) once per run, all at once, from
+    the moment collection ended (tests/e2e/early.py)."""
+    installed = early.wait("agents")
+    failed = {name: got["error"] for name, got in installed.items() if got["program"] is None}
     assert not failed, failed
     for name, got in installed.items():
-        how = "reused" if got.reused else f"installed in {got.seconds} s"
+        how = "reused" if got["reused"] else f"installed in {got['seconds']} s"
         print(f"agent {name}: {AGENTS[name].package}@{AGENTS[name].version} {how}")
-    return {name: got.program for name, got in installed.items()}
+    return {name: Path(got["program"]) for name, got in installed.items()}
 
 
 def rendered_for(pod, name: str) -> dict:
