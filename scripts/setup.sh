@@ -9,13 +9,18 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 # openssh-server: the sandbox pod's sshd; iproute2: the migration test's network
 # namespaces (ip netns); sudo: the bare-metal test's non-root user; bubblewrap:
-# eval's cage for model-written code (bwrap).
+# eval's cage for model-written code (bwrap). apt runs beside the venv's pip install
+# (one waits on the mirror while the other unpacks); both must succeed.
+apt_pid=
 if { ! command -v sshd >/dev/null 2>&1 && [ ! -x /usr/sbin/sshd ]; } || [ ! -x /usr/bin/sudo ] \
     || { ! command -v ip >/dev/null 2>&1 && [ ! -x /usr/sbin/ip ] && [ ! -x /sbin/ip ]; } \
     || ! command -v bwrap >/dev/null 2>&1; then
     echo "setup: installing openssh-server, iproute2, sudo and bubblewrap" >&2
-    as_root apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq openssh-server iproute2 sudo bubblewrap >/dev/null
+    {
+        as_root apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq openssh-server iproute2 sudo bubblewrap >/dev/null
+    } &
+    apt_pid=$!
 fi
 
 if [ ! -x .venv/bin/python ]; then
@@ -28,4 +33,9 @@ if ! .venv/bin/python -c "import podkit, podkit_cli, pyinfra, click, openai, hug
     echo "setup: installing podkit and its pinned dependencies into .venv" >&2
     .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,docs]'
     touch .venv/.podkit-installed
+fi
+
+if [ -n "$apt_pid" ] && ! wait "$apt_pid"; then
+    echo "setup: apt-get could not install openssh-server, iproute2, sudo and bubblewrap; run it by hand to see why" >&2
+    exit 1
 fi
