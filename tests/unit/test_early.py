@@ -19,7 +19,9 @@ def stand_in(folder: Path, script: str) -> Early:
     """An Early whose process is ``sh -c SCRIPT`` run in ``folder`` (its parts written there)."""
     early = Early(folder, {"folder": str(folder), "sandbox": "x", "agents": ["a"], "clients": None})
     with open(early.log, "w") as log:
-        early.proc = subprocess.Popen(["sh", "-c", script], cwd=folder, stdout=log, stderr=subprocess.STDOUT)
+        early.proc = subprocess.Popen(
+            ["sh", "-c", script], cwd=folder, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     return early
 
 
