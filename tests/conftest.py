@@ -11,10 +11,23 @@ import pytest
 _STARTERS = ((subprocess.Popen, "__init__"), (os, "fork"), (os, "posix_spawn"), (os, "posix_spawnp"))
 
 
+#: What an e2e test may wait for, in the order its installs are ready (tests/e2e/early.py): nothing,
+#: the session sandbox's first apply, then the agents' and clients' installs.
+_EARLY_FIXTURES = ("pod", "agent_programs", "client_venvs")
+
+
+def _run_order(item) -> tuple[bool, int]:
+    if item.get_closest_marker("e2e") is None:
+        return (False, 0)
+    needs = [index + 1 for index, name in enumerate(_EARLY_FIXTURES) if name in item.fixturenames]
+    return (True, max(needs, default=0))
+
+
 def pytest_collection_modifyitems(config, items):
-    """The e2e layer runs last: its installs (tests/e2e/early.py) proceed while the fast layer runs,
-    and a failure of the pure or proc layer shows before the minutes of the e2e layer."""
-    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)  # stable: file order kept
+    """The e2e layer runs last, and in it first what needs no install, then what needs the sandbox,
+    then what needs the agents or the clients: the installs (tests/e2e/early.py) proceed while the
+    tests before run, and a failure of the pure or proc layer shows before the e2e layer's minutes."""
+    items.sort(key=_run_order)  # stable: file order kept within each
 
 
 @pytest.hookimpl(hookwrapper=True)
