@@ -11,6 +11,16 @@ import pytest
 _STARTERS = ((subprocess.Popen, "__init__"), (os, "fork"), (os, "posix_spawn"), (os, "posix_spawnp"))
 
 
+def pytest_sessionstart(session):
+    """matplotlib (bench's charts) builds its font cache the first time it is imported under a fresh
+    HOME, running ``fc-list``: build it now, before any test, so no pure test is charged with a
+    process it did not start."""
+    try:
+        import matplotlib.font_manager  # noqa: F401
+    except ImportError:
+        pass
+
+
 #: What an e2e test may wait for, in the order its installs are ready (tests/e2e/early.py): nothing,
 #: the session sandbox's first apply, then the agents' and clients' installs.
 _EARLY_FIXTURES = ("pod", "agent_programs", "client_venvs")
