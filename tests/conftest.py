@@ -40,10 +40,9 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=_run_order)  # stable: file order kept within each
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    """Fail a test that starts a process without the ``proc`` or ``e2e`` marker, naming the fix.
-    Setup and teardown count too: a fixture that starts an sshd makes its tests ``proc``."""
+def _guarded(item):
+    """Refuse any process start while ``item`` (a test without the ``proc`` or ``e2e`` marker) sets
+    up or runs, naming the fix."""
     if item.get_closest_marker("proc") or item.get_closest_marker("e2e"):
         yield
         return
@@ -63,3 +62,21 @@ def pytest_runtest_protocol(item, nextitem):
     finally:
         for owner, name, original in saved:
             setattr(owner, name, original)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    """A fixture a pure test sets up may not start a process: one that starts an sshd makes its tests
+    ``proc``."""
+    yield from _guarded(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """A pure test may not start a process."""
+    yield from _guarded(item)
+
+
+# Teardown is not guarded: pytest finalizes a module's or the session's fixtures in the teardown of
+# whichever test comes last, and that may be a pure test after the proc or e2e tests that used them
+# (CI failed so: the sandbox's supervisord was shut down in a pure test_verify case's teardown).

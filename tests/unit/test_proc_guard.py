@@ -1,0 +1,69 @@
+"""The suite's guard (tests/conftest.py): a test without the ``proc`` marker that starts a process
+fails, naming the fix, whether the test or its fixture starts it; a broader fixture finalized in such
+a test's teardown may stop what a proc test started."""
+
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = "pytester"
+pytestmark = pytest.mark.proc
+
+CONFTEST = (Path(__file__).parents[1] / "conftest.py").read_text()
+
+CASES = {
+    "the test starts one": (
+        """
+import subprocess
+def test_pure():
+    subprocess.run(["true"])
+""",
+        {"failed": 1},
+    ),
+    "its fixture starts one": (
+        """
+import subprocess, pytest
+@pytest.fixture
+def started():
+    subprocess.run(["true"])
+def test_pure(started):
+    pass
+""",
+        {"errors": 1},
+    ),
+    "a session fixture a proc test used ends in a pure test's teardown": (
+        """
+import subprocess, pytest
+@pytest.fixture(scope="session")
+def server():
+    yield
+    subprocess.run(["true"])
+@pytest.mark.proc
+def test_proc(server):
+    pass
+def test_pure():
+    pass
+""",
+        {"passed": 2},
+    ),
+    "a proc test starts one": (
+        """
+import subprocess, pytest
+@pytest.mark.proc
+def test_proc():
+    subprocess.run(["true"])
+""",
+        {"passed": 1},
+    ),
+}
+
+
+@pytest.mark.parametrize("source, outcome", CASES.values(), ids=CASES.keys())
+def test_the_guard(pytester, source, outcome):
+    pytester.makeconftest(CONFTEST)
+    pytester.makeini("[pytest]\nmarkers =\n    proc: starts a process\n    e2e: end to end\n")
+    pytester.makepyfile(source)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(**outcome)
+    if "passed" not in outcome or outcome.get("passed") != sum(outcome.values()):
+        result.stdout.fnmatch_lines(["*starts a process*but is not marked proc: add @pytest.mark.proc*"])
