@@ -29,7 +29,6 @@ from pyinfra.api.exceptions import DeployError, NoGroupError
 
 from operations import checkpoint, facts, interrupt, preflight, rollback, router, supervisor, vllm, volume
 from podkit import project_path
-from podkit.client.targets import pin_ca, record_role, way_in
 from podkit.host.cluster import Member, cluster_of
 from podkit.host.launchcheck import check_command, serve_arguments
 from podkit.host.measure import deploy_step
@@ -63,6 +62,7 @@ from podkit.plan.checkpoints import from_hub
 from podkit.plan.hostplan import plan_host
 from podkit.remote.idle import follow_grace
 from podkit.settings import Settings, SettingsError
+from podkit.wayin import pin_ca, record_role, way_in
 
 try:  # all of the host's data, so a misspelt podkit_/vllm_ key is refused, not ignored
     settings = Settings.from_mapping(host.data.dict())

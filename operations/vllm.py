@@ -10,13 +10,13 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 
 from operations.rollback import restore_served
-from podkit.client.targets import pin_ca
 from podkit.host.install import install_command
 from podkit.host.probe import VllmInstall, podctl_command
 from podkit.host.readiness import UP_STARTED, WaitResult, wait_config
 from podkit.paths import Paths
 from podkit.settings import PackageSpec, Settings
 from podkit.text import clean
+from podkit.wayin import pin_ca
 
 
 @operation()

@@ -333,7 +333,7 @@ class Settings:
     port: int = setting(
         "vllm_port", 8001, checks.port, "vLLM's own port, on 127.0.0.1 only (clients reach `podkit_edge_port`)"
     )
-    # Read by the client commands (verify, bench, eval) only: podkit/client/targets.py.
+    # Read by the client commands (verify, bench, eval) only: podkit/wayin.py.
     endpoint_url: str | None = setting(
         "podkit_endpoint_url",
         None,

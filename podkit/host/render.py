@@ -43,7 +43,6 @@ from pathlib import Path
 import jinja2
 
 from podkit import PROJECT_ROOT
-from podkit.client.targets import WayIn, host_address
 from podkit.host.cluster import Cluster
 from podkit.host.probe import edge_files, managed_files, programs_for
 from podkit.host.profile import STARTUP_PLAN_ENV, profile_key, sized_by_settings
@@ -52,6 +51,7 @@ from podkit.host.startup import plan_record
 from podkit.paths import UNIT_NAME
 from podkit.plan.hostplan import HostPlan
 from podkit.settings import PackageSpec, Settings
+from podkit.wayin import WayIn, host_address
 
 TEMPLATES = PROJECT_ROOT / "templates"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # line breaks, tabs, escapes: what settings refuse

@@ -211,9 +211,9 @@ def test_a_gpu_mismatch_names_both():
 
 
 def test_a_ranks_vllm_is_left_down_when_it_exits_and_a_servers_is_restarted():
-    from podkit.client.targets import way_in
     from podkit.host.render import host_files
     from podkit.plan.hostplan import HostPlan
+    from podkit.wayin import way_in
 
     def conf(cluster):
         chosen = settings(vllm_model="/models/tiny")

@@ -11,7 +11,6 @@ import pytest
 
 from podkit import PROJECT_ROOT
 from podkit.checks import PackageSpec
-from podkit.client.targets import way_in
 from podkit.host.probe import Gpu
 from podkit.host.profile import (
     STARTUP_PLAN_ENV,
@@ -25,6 +24,7 @@ from podkit.host.profile import (
 )
 from podkit.host.render import host_files
 from podkit.plan.hostplan import HostPlan
+from podkit.wayin import way_in
 from tests.helpers import settings_for
 
 FIXTURES = PROJECT_ROOT / "tests" / "fixtures"

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pytest
 
-from podkit.client.targets import way_in
 from podkit.host import render
 from podkit.host.diagnose import diagnose
 from podkit.host.probe import parse_probe, podctl_command, probe_config, server_config
@@ -34,6 +33,7 @@ from podkit.host.supervision import status_problems
 from podkit.plan.hostplan import HostPlan
 from podkit.remote import podctl
 from podkit.settings import PackageSpec
+from podkit.wayin import way_in
 from tests.helpers import pid_line, settings_for, stand_in_supervisord, zombie
 
 STAND_IN_VLLM = """#!/bin/sh
