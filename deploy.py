@@ -33,16 +33,9 @@ from podkit.host.cluster import Member, cluster_of
 from podkit.host.launchcheck import check_command, serve_arguments
 from podkit.host.measure import deploy_step
 from podkit.host.preflight import choose_vllm, host_problems
-from podkit.host.probe import (
-    ROUTER_PROGRAMS,
-    Unit,
-    edge_files,
-    idle_files,
-    managed_files,
-    programs_for,
-    server_config,
-)
+from podkit.host.probe import Unit, server_config
 from podkit.host.profile import device_of, wait_profile
+from podkit.host.programs import ROUTER_PROGRAMS, edge_files, idle_files, managed_files, programs_for
 from podkit.host.render import (
     edge_problems,
     host_files,

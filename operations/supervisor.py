@@ -9,7 +9,8 @@ import shlex
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 
-from podkit.host.probe import PROGRAMS, orphan_line, podctl_command
+from podkit.host.probe import orphan_line, podctl_command
+from podkit.host.programs import PROGRAMS
 from podkit.text import clean
 
 

@@ -17,14 +17,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from podkit.host.probe import (
-    edge_files,
-    listener_holder,
-    managed_files,
-    podctl_command,
-    server_config,
-    supervision_files,
-)
+from podkit.host.probe import listener_holder, podctl_command, server_config
+from podkit.host.programs import edge_files, managed_files, supervision_files
 from podkit.host.shell import RemoteError, Run
 from podkit.settings import Settings
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podkit.host.preflight import choose_vllm
-from podkit.host.probe import HostState, listener_holder, programs_for
+from podkit.host.probe import HostState, listener_holder
+from podkit.host.programs import programs_for
 from podkit.settings import SETTINGS, Settings
 
 # Settings every node of a cluster must share: what is served and how (a node's own volume, ports

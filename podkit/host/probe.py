@@ -16,24 +16,13 @@ from importlib import resources
 from typing import Any
 
 from podkit.host.install import CPU_BREAKERS
+from podkit.host.programs import PROGRAMS, edge_files, idle_files, managed_files, programs_for, supervision_files
 from podkit.host.rollback import copies
-from podkit.paths import EDGE_UNIT_NAME, EDGE_UNIT_PATH, IDLE_UNIT_NAME, IDLE_UNIT_PATH, UNIT_NAME, UNIT_PATH
+from podkit.paths import EDGE_UNIT_NAME, IDLE_UNIT_NAME, UNIT_NAME
 from podkit.plan.gpus import supports_fp8
 from podkit.settings import PackageSpec, Settings
 
 _HEREDOC = "PODKIT_PODCTL_EOF"
-# what supervisord runs: the server, the edge, the idle watcher; on a router host, the router and the edge
-PROGRAMS = ("vllm", "edge", "idle")
-ROUTER_PROGRAMS = ("router", "edge")
-# a cluster's follower (rank 1, 2, ...) runs vLLM headless: no API, so no edge and no idle watcher
-FOLLOWER_PROGRAMS = ("vllm", "idle")  # no API of its own, so no edge; the watcher follows the head
-
-
-def programs_for(settings: Settings, follower: bool = False) -> tuple[str, ...]:
-    """The programs supervisord runs on this host (``follower``: a cluster node other than the head)."""
-    if settings.role == "router":
-        return ROUTER_PROGRAMS
-    return FOLLOWER_PROGRAMS if follower else PROGRAMS
 
 
 def listener_holder(where: dict[str, Any]) -> str:
@@ -155,32 +144,6 @@ def probed_ports(settings: Settings, extra_ports: Sequence[int] = ()) -> set[int
     """The ports whose listener the probe names: ``extra_ports`` (a router host's hops and metrics)
     and a cluster node's store port (``podkit_cluster_port``, which its head listens on)."""
     return set(extra_ports) | ({settings.cluster_port} if settings.cluster else set())
-
-
-def managed_files(settings: Settings) -> list[str]:
-    """Files whose content decides what the running server is (the launch script records their sums)."""
-    paths = settings.paths
-    return [paths.launch_script, paths.env_file, paths.api_key]
-
-
-def edge_files(settings: Settings) -> list[str]:
-    """Files whose content decides what the running edge is (its script records their sums)."""
-    paths = settings.paths
-    return [paths.edge_script, paths.caddyfile, paths.api_key]
-
-
-def idle_files(settings: Settings) -> list[str]:
-    """Files whose content decides what the running idle watcher is."""
-    paths = settings.paths
-    return [paths.idle_script, paths.idle_config]
-
-
-def supervision_files(settings: Settings) -> list[str]:
-    """What supervises the programs: supervisord's config, or the units (volume copy and installed)."""
-    paths = settings.paths
-    if settings.supervisor == "systemd":
-        return [paths.unit_copy, UNIT_PATH, paths.edge_unit_copy, EDGE_UNIT_PATH, paths.idle_unit_copy, IDLE_UNIT_PATH]
-    return [paths.supervisord_conf]
 
 
 @dataclass(frozen=True)

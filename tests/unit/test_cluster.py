@@ -184,7 +184,7 @@ def test_a_node_not_running_its_current_files_restarts_the_others():
 
 
 def test_a_cluster_node_runs_only_what_its_rank_needs():
-    from podkit.host.probe import FOLLOWER_PROGRAMS, PROGRAMS, programs_for
+    from podkit.host.programs import FOLLOWER_PROGRAMS, PROGRAMS, programs_for
 
     assert programs_for(settings(), follower=True) == FOLLOWER_PROGRAMS == ("vllm", "idle")
     assert programs_for(settings()) == PROGRAMS
