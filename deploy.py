@@ -30,9 +30,10 @@ from pyinfra.api.exceptions import DeployError, NoGroupError
 from operations import checkpoint, facts, interrupt, preflight, rollback, router, supervisor, vllm, volume
 from podkit import project_path
 from podkit.host.cluster import Member, cluster_of
+from podkit.host.hostplan import plan_host
 from podkit.host.launchcheck import check_command, serve_arguments
 from podkit.host.measure import deploy_step
-from podkit.host.preflight import choose_vllm, host_problems
+from podkit.host.preflight import host_problems
 from podkit.host.probe import Unit, server_config
 from podkit.host.profile import device_of, wait_profile
 from podkit.host.programs import ROUTER_PROGRAMS, edge_files, idle_files, managed_files, programs_for
@@ -52,7 +53,6 @@ from podkit.host.startup import plan_record
 from podkit.keys import ApiKeyError, ensure_key, file_content, key_digest, read_hf_token
 from podkit.paths import EDGE_UNIT_NAME, EDGE_UNIT_PATH, IDLE_UNIT_NAME, IDLE_UNIT_PATH, UNIT_NAME, UNIT_PATH
 from podkit.plan.checkpoints import from_hub
-from podkit.plan.hostplan import plan_host
 from podkit.remote.idle import follow_grace
 from podkit.settings import Settings, SettingsError
 from podkit.wayin import pin_ca, record_role, way_in
@@ -118,13 +118,16 @@ def managed(name, role):
     )
 
 
-def the_cluster():
-    """This host's cluster: every node of it in the inventory, each read once (its own turn in the
-    deploy reuses that probe), side by side. Nodes this run cannot reach stop the whole cluster."""
+def the_cluster(me: Member):
+    """This host's cluster: every node of it in the inventory, each read once (``me``: this host,
+    as its own turn read it), side by side. Nodes this run cannot reach stop the whole cluster."""
     members, problems = [], []
     for other in inventory:
         data = other.data.dict()
         if data.get("podkit_cluster") != settings.cluster:
+            continue
+        if other.name == me.name:
+            members.append(me)
             continue
         if other not in state.active_hosts:
             problems.append(
@@ -169,19 +172,21 @@ if settings.role == "server":
     #    edge, orphaned engines) and take its deploy lock, in one command. Ctrl-C exits non-zero, saying what is left.
     interrupt.exit_nonzero_on_interrupt()
     pod = facts.pod_state(settings)
+    me = Member(host.name, settings, pod)
     # A node of a cluster reads every other node too (once each), before anything changes anywhere.
-    cluster = the_cluster() if settings.cluster else None
+    cluster = the_cluster(me) if settings.cluster else None
     follower = cluster is not None and not cluster.is_head
     # The controller keeps each node's rank (RunPod's NODE_RANK is only on the pod): clients skip followers.
     if not (cluster and cluster.problems):  # a cluster refused this run keeps the rank it last had
         record_role(host.name, *((cluster.name, cluster.rank) if cluster else (None, None)))
-    package, found = choose_vllm(settings, pod)
+    package, found = me.vllm  # chosen once: the install, the plan and the cluster's checks read it
 
     # Plan before spending: checkpoint (FP8 if it helps), context, TP (and PP across a cluster's nodes),
     # parsers, disk.
     launch = plan_host(
         settings,
         pod,
+        vllm_version=package.version,
         nodes=cluster.nnodes if cluster else 1,
         prefer_fp8=settings.prefer_fp8,
         resolve=lambda m: from_hub(m, token=hf_token),

@@ -58,10 +58,10 @@ def server_refusal(name: str, settings: Settings, state, stop_server: bool) -> s
 
 def measure_host(host, model: str, overrides: dict, stop_server: bool) -> dict:
     """Measure ``model`` on one inventory host; raises ClickException with one line on a refusal."""
+    from podkit.host.hostplan import plan_host
     from podkit.host.preflight import choose_vllm
     from podkit.keys import ApiKeyError, read_hf_token
     from podkit.plan.checkpoints import from_hub
-    from podkit.plan.hostplan import plan_host
 
     try:
         settings = Settings.from_mapping({**host.data, "vllm_model": model, **overrides})
@@ -82,7 +82,13 @@ def measure_host(host, model: str, overrides: dict, stop_server: bool) -> dict:
             f"{host.name}: {package} is not installed on the host, and a measurement runs the vLLM the host "
             "runs; apply the deploy first (it installs vLLM), then measure"
         )
-    launch = plan_host(settings, state, prefer_fp8=settings.prefer_fp8, resolve=lambda m: from_hub(m, token=token))
+    launch = plan_host(
+        settings,
+        state,
+        vllm_version=package.version,
+        prefer_fp8=settings.prefer_fp8,
+        resolve=lambda m: from_hub(m, token=token),
+    )
     analytic = launch.plan
     # the analytic memory verdict is what the measurement checks: every other problem stops it
     problems = [p for p in launch.problems if not (analytic is not None and p.startswith(analytic.reason))]

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from huggingface_hub import HfApi
 
+from podkit.host.hostplan import plan_host
+from podkit.host.preflight import choose_vllm
 from podkit.host.probe import Gpu, HostState
 from podkit.plan.checkpoints import find_fp8_alternative, from_hub
-from podkit.plan.hostplan import plan_host
 from podkit.settings import Settings, defaults
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,6 +60,7 @@ def host_plan(hub, model, state, token=None, nodes=1, **data):
     return plan_host(
         chosen,
         state,
+        vllm_version=choose_vllm(chosen, state)[0].version,
         nodes=nodes,
         prefer_fp8=chosen.prefer_fp8,
         resolve=lambda m: from_hub(m, api=api),

@@ -44,12 +44,12 @@ import jinja2
 
 from podkit import PROJECT_ROOT
 from podkit.host.cluster import Cluster
+from podkit.host.hostplan import HostPlan
 from podkit.host.profile import STARTUP_PLAN_ENV, profile_key, sized_by_settings
 from podkit.host.programs import edge_files, managed_files, programs_for
 from podkit.host.router import Replica, router_argv
 from podkit.host.startup import plan_record
 from podkit.paths import UNIT_NAME
-from podkit.plan.hostplan import HostPlan
 from podkit.settings import PackageSpec, Settings
 from podkit.wayin import WayIn, host_address
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from podkit.host.hostplan import HostPlan
 from podkit.host.render import host_files, serve_argv
 from podkit.paths import EDGE_UNIT_PATH, UNIT_PATH
-from podkit.plan.hostplan import HostPlan
 from podkit.settings import KEYS, PackageSpec, Settings
 from podkit.wayin import way_in
 from podkit_cli.hosts import load_hosts

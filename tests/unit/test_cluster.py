@@ -183,6 +183,19 @@ def test_a_node_not_running_its_current_files_restarts_the_others():
     assert cluster_of("b", [a, b]).peers_due() == ["a"]
 
 
+def test_each_nodes_vllm_is_chosen_once_for_the_checks_the_restarts_and_the_deploy(monkeypatch):
+    from podkit.host import cluster as module
+
+    chosen = []
+    real = module.choose_vllm
+    monkeypatch.setattr(module, "choose_vllm", lambda s, pod: chosen.append(pod) or real(s, pod))
+    members = pair()
+    found = cluster_of("a", members)
+    found.peers_due()
+    assert found.me.vllm == real(members[0].settings, members[0].pod)  # what the deploy installs and plans with
+    assert len(chosen) == len(members), "one choice per node, however many readers"
+
+
 def test_a_cluster_node_runs_only_what_its_rank_needs():
     from podkit.host.programs import FOLLOWER_PROGRAMS, PROGRAMS, programs_for
 
@@ -211,8 +224,8 @@ def test_a_gpu_mismatch_names_both():
 
 
 def test_a_ranks_vllm_is_left_down_when_it_exits_and_a_servers_is_restarted():
+    from podkit.host.hostplan import HostPlan
     from podkit.host.render import host_files
-    from podkit.plan.hostplan import HostPlan
     from podkit.wayin import way_in
 
     def conf(cluster):

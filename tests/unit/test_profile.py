@@ -11,6 +11,7 @@ import pytest
 
 from podkit import PROJECT_ROOT
 from podkit.checks import PackageSpec
+from podkit.host.hostplan import HostPlan
 from podkit.host.probe import Gpu
 from podkit.host.profile import (
     STARTUP_PLAN_ENV,
@@ -23,7 +24,6 @@ from podkit.host.profile import (
     sized_by_settings,
 )
 from podkit.host.render import host_files
-from podkit.plan.hostplan import HostPlan
 from podkit.wayin import way_in
 from tests.helpers import settings_for
 

@@ -26,11 +26,11 @@ import pytest
 
 from podkit.host import render
 from podkit.host.diagnose import diagnose
+from podkit.host.hostplan import HostPlan
 from podkit.host.probe import parse_probe, podctl_command, probe_config, server_config
 from podkit.host.readiness import WaitResult, wait_config
 from podkit.host.status import host_status, parse_status, status_config
 from podkit.host.supervision import status_problems
-from podkit.plan.hostplan import HostPlan
 from podkit.remote import podctl
 from podkit.settings import PackageSpec
 from podkit.wayin import way_in

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from podkit.host.hostplan import HostPlan
 from podkit.host.render import host_files, serve_argv, supervisor_command, supervisor_value
-from podkit.plan.hostplan import HostPlan
 from podkit.remote import podctl
 from podkit.settings import PackageSpec
 from podkit.wayin import way_in
