@@ -20,7 +20,8 @@ from gevent.lock import Semaphore
 from pyinfra import host, state
 from pyinfra.api import FactBase
 
-from podkit.host.probe import HostState, ProbeError, parse_probe, podctl_command, probe_config
+from podkit.host.podctl import podctl_command
+from podkit.host.probe import HostState, ProbeError, parse_probe, probe_config
 from podkit.settings import Settings
 
 

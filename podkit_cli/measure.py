@@ -9,7 +9,6 @@ reaches the hosts.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -17,7 +16,8 @@ import click
 
 from podkit import project_path, state_dir
 from podkit.host.measure import keep_case, measure_command, measure_config, parse_answer, read_measurement, report_lines
-from podkit.host.probe import ProbeError, parse_probe, podctl_command, probe_config, server_config
+from podkit.host.podctl import PodctlError, podctl_command, read_answer
+from podkit.host.probe import ProbeError, parse_probe, probe_config, server_config
 from podkit.host.shell import RemoteError
 from podkit.host.startup import plan_record
 from podkit.settings import Settings, SettingsError
@@ -37,11 +37,9 @@ def _controller() -> dict:
 def _podctl(host, action: str, cfg: dict, timeout: float = 120) -> dict:
     result = host.run(podctl_command(action, cfg), timeout)
     try:
-        return json.loads(result.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        raise click.ClickException(
-            f"{host.name}: podctl {action} printed no JSON: {(result.stdout + result.stderr).strip()[-200:]!r}"
-        ) from None
+        return read_answer(action, result.stdout, result.stderr, result.status)
+    except PodctlError as exc:
+        raise click.ClickException(f"{host.name}: {exc}") from None
 
 
 def server_refusal(name: str, settings: Settings, state, stop_server: bool) -> str | None:

@@ -1,28 +1,24 @@
 """What a host is like, read in one round trip.
 
-:func:`podctl_command` builds the single shell command that runs ``podctl.py``
-on the host; :func:`parse_probe` turns its JSON into a :class:`HostState`.
+:func:`probe_config` says what ``podctl probe`` reads (the command that runs it is
+:func:`podkit.host.podctl.podctl_command`); :func:`parse_probe` turns its answer into a :class:`HostState`.
 Everything here is pure: tests feed it recorded probe output. What the deploy
 decides from it (can the host converge, which vLLM) is in :mod:`podkit.host.preflight`.
 """
 
 from __future__ import annotations
 
-import json
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 from podkit.host.install import CPU_BREAKERS
+from podkit.host.podctl import PodctlError, read_answer
 from podkit.host.programs import PROGRAMS, edge_files, idle_files, managed_files, programs_for, supervision_files
 from podkit.host.rollback import copies
 from podkit.paths import EDGE_UNIT_NAME, IDLE_UNIT_NAME, UNIT_NAME
 from podkit.plan.gpus import supports_fp8
 from podkit.settings import PackageSpec, Settings
-
-_HEREDOC = "PODKIT_PODCTL_EOF"
 
 
 def listener_holder(where: dict[str, Any]) -> str:
@@ -35,26 +31,6 @@ def listener_holder(where: dict[str, Any]) -> str:
 
 class ProbeError(RuntimeError):
     """The host could not be read; the message says what to install or fix."""
-
-
-def podctl_source() -> str:
-    return resources.files("podkit.remote").joinpath("podctl.py").read_text()
-
-
-def podctl_command(action: str, cfg: dict[str, Any]) -> str:
-    """One shell command that runs ``podctl.py ACTION`` with ``cfg`` on the host.
-
-    The program travels in a quoted heredoc, so nothing in it is expanded; ``cfg``
-    holds paths and names only, never a secret.
-    """
-    source = podctl_source()
-    assert _HEREDOC not in source
-    missing = json.dumps({"podctl": 0, "error": "python3 not found on PATH"})
-    return (
-        f"command -v python3 >/dev/null 2>&1 || {{ echo {shlex.quote(missing)}; exit 0; }}\n"
-        f"python3 - {shlex.quote(action)} {shlex.quote(json.dumps(cfg, sort_keys=True))} <<'{_HEREDOC}'\n"
-        f"{source}\n{_HEREDOC}"
-    )
 
 
 def server_config(settings: Settings, tls: bool = False) -> dict[str, Any]:
@@ -448,13 +424,9 @@ def stray_line(stray: dict[str, Any], held: str, pids: str) -> str:
 
 def parse_probe(output: str) -> HostState:
     try:
-        data = json.loads(output.strip().splitlines()[-1])
-    except (IndexError, ValueError) as exc:
-        raise ProbeError(f"the host probe printed no JSON ({exc}): {output[-300:]!r}") from None
-    if data.get("error"):
-        raise ProbeError(
-            f"{data['error']}: podkit needs python3 on the host (Debian/Ubuntu: apt-get install -y python3 python3-venv)"
-        )
+        data = read_answer("probe", output)
+    except PodctlError as exc:
+        raise ProbeError(str(exc)) from None
     gpu_raw = data["gpus"]
     gpu_error = None
     gpus: list[Gpu] = []

@@ -266,7 +266,8 @@ def test_the_probe_reads_runpods_cluster_variables_and_the_way_to_the_head(tmp_p
     import os
     import subprocess
 
-    from podkit.host.probe import parse_probe, podctl_command, probe_config
+    from podkit.host.podctl import podctl_command
+    from podkit.host.probe import parse_probe, probe_config
 
     chosen = settings(podkit_volume=str(tmp_path / "vol"), podkit_cluster="big", vllm_port=1, podkit_edge_port=2)
     env = {**os.environ, "PRIMARY_ADDR": "127.0.0.1", "NODE_RANK": "0", "NUM_NODES": "2"}

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from podkit.host.podctl import podctl_command
 from podkit.host.preflight import choose_vllm, host_problems
-from podkit.host.probe import HostState, ProbeError, parse_nvidia_smi, parse_probe, podctl_command, probe_config
+from podkit.host.probe import HostState, ProbeError, parse_nvidia_smi, parse_probe, probe_config
 from podkit.paths import EDGE_UNIT_PATH, UNIT_PATH
 from podkit.settings import PackageSpec, Settings
 from tests.helpers import pid_line, sample_data, settings_for, stand_in_supervisord, zombie

@@ -43,7 +43,14 @@ ARGS = [SNAP, "--served-model-name", "Qwen2.5-Coder-7B-Instruct", "--tool-call-p
             False,
             "no vLLM server runs under supervisord on this host",
         ),
-        ({"podctl": 0, "error": "python3 not found on PATH"}, None, None, False, "python3 not found on PATH"),
+        (
+            {"podctl": 0, "error": "python3 not found on PATH"},
+            None,
+            None,
+            False,
+            "python3 not found on PATH: podkit needs python3 on the host (Debian/Ubuntu: apt-get install -y "
+            "python3 python3-venv)",
+        ),
     ],
 )
 def test_parse_describe(answer, model, revision, running, error):
@@ -160,7 +167,7 @@ def podctl_run(action, cfg):
     """``podctl ACTION`` as a host runs it: the same shell command, python3 from PATH."""
     import subprocess
 
-    from podkit.host.probe import podctl_command
+    from podkit.host.podctl import podctl_command
 
     out = subprocess.run(["sh", "-c", podctl_command(action, cfg)], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
