@@ -1,6 +1,6 @@
 """Facts: what a host is like, read in as few round trips as possible.
 
-``PodState`` runs ``podkit/remote/podctl.py probe`` on the host: one command
+``PodState`` runs podctl's ``probe`` (``podkit/remote/podctl/``) on the host: one command
 that returns GPUs, the volume, installed vLLM builds, the checksums, modes and
 owners of every file podkit manages, the runner's and server's state and any
 vLLM engine that outlived its server, and that takes the deploy lock (one deploy

@@ -1,24 +1,30 @@
 """Plain helpers shared by the tests (fixtures live in conftest.py): settings as their
 declarations give them, a host with GPUs, a plan against a local hub, an unreaped child, a pid
-file's line, a process podctl takes for supervisord."""
+file's line, a process podctl takes for supervisord, and podctl itself as the host runs it."""
 
 import dataclasses
 import os
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
 from huggingface_hub import HfApi
 
 from podkit.host.hostplan import plan_host
+from podkit.host.podctl import podctl_source
 from podkit.host.preflight import choose_vllm
 from podkit.host.probe import Gpu, HostState
 from podkit.plan.checkpoints import find_fp8_alternative, from_hub
 from podkit.settings import Settings, defaults
 
 ROOT = Path(__file__).resolve().parent.parent
+#: podctl as the host runs it: the one program put together from its parts, as a module, so a test
+#: calls (and monkeypatches) exactly what ships.
+podctl = types.ModuleType("podctl", "podctl, put together from podkit/remote/podctl/")
+exec(compile(podctl_source(), "podctl", "exec"), podctl.__dict__)
 #: The token the local hub of tests/unit/conftest.py's ``hub`` fixture accepts for gated repos.
 HUB_TOKEN = "hf_" + "t" * 12
 

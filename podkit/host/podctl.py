@@ -1,8 +1,8 @@
 """podctl seen from the controller: the one command that runs it on a host, and the one reader of
 its answer.
 
-``podkit/remote/podctl.py`` travels inline with each remote command and prints one line of JSON,
-its answer, last. :func:`read_answer` is the only place that line is read: every podctl action
+podctl (``podkit/remote/podctl/``, put together into one program by :func:`podctl_source`)
+travels inline with each remote command and prints one line of JSON, its answer, last. :func:`read_answer` is the only place that line is read: every podctl action
 (probe, wait, describe, cache, fetch-status, reap, supervise, status, down) comes back through it,
 and anything else that comes back (no python3, a shell's noise, a traceback, no output at all) is
 a :class:`PodctlError` in one style, naming the action and what came back instead.
@@ -10,10 +10,14 @@ a :class:`PodctlError` in one style, naming the action and what came back instea
 
 from __future__ import annotations
 
+import ast
+import functools
 import json
 import shlex
 from importlib import resources
 from typing import Any
+
+from podkit.remote.podctl import PARTS
 
 _HEREDOC = "PODKIT_PODCTL_EOF"
 #: What the command prints itself when the host has no python3 to run podctl with.
@@ -25,12 +29,54 @@ class PodctlError(RuntimeError):
     """podctl gave no answer podkit can read; the message says what came back instead."""
 
 
+@functools.cache
 def podctl_source() -> str:
-    return resources.files("podkit.remote").joinpath("podctl.py").read_text()
+    """podctl as it runs on a host: one program put together from ``podkit/remote/podctl/``: the
+    package's docstring (its table of contents), every part's standard-library imports, then each
+    part's body in ``PARTS`` order, without the parts' imports of each other (one program, one
+    namespace)."""
+    folder = resources.files("podkit.remote.podctl")
+    head, _, _ = _part(folder.joinpath("__init__.py").read_text())
+    imports: set[str] = set()
+    bodies = []
+    for part in PARTS:
+        doc, needs, body = _part(folder.joinpath(f"{part}.py").read_text())
+        imports |= needs
+        title = doc.strip('"').strip().splitlines()[0]
+        bodies.append(f"# --- {part}: {title}\n\n{body}")
+    ordered = sorted(imports, key=lambda line: (line.startswith("from "), line))
+    return head + "\n\n" + "\n".join(ordered) + "\n\n\n" + "\n\n\n".join(bodies)
+
+
+def _part(text: str) -> tuple[str, set[str], str]:
+    """A part's docstring (as written), its standard-library imports (one statement each), and the
+    rest of it: its imports of the other parts dropped."""
+    tree = ast.parse(text)
+    lines = text.splitlines(keepends=True)
+    doc, imports, dropped = "", set[str](), set[int]()
+    for index, node in enumerate(tree.body):
+        span = range(node.lineno - 1, node.end_lineno or node.lineno)
+        if index == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            doc = "".join(lines[line] for line in span).strip()
+        elif isinstance(node, ast.Import):
+            imports |= {
+                f"import {alias.name}" + (f" as {alias.asname}" if alias.asname else "") for alias in node.names
+            }
+        elif isinstance(node, ast.ImportFrom):
+            if not (node.level or (node.module or "").startswith("podkit")):  # another part's: one namespace
+                imports |= {
+                    f"from {node.module} import {alias.name}" + (f" as {alias.asname}" if alias.asname else "")
+                    for alias in node.names
+                }
+        else:
+            continue
+        dropped.update(span)
+    body = "".join(line for number, line in enumerate(lines) if number not in dropped)
+    return doc, imports, body.strip() + "\n"
 
 
 def podctl_command(action: str, cfg: dict[str, Any]) -> str:
-    """One shell command that runs ``podctl.py ACTION`` with ``cfg`` on the host.
+    """One shell command that runs podctl's ``ACTION`` with ``cfg`` on the host.
 
     The program travels in a quoted heredoc, so nothing in it is expanded; ``cfg``
     holds paths and names only, never a secret.

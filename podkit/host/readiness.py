@@ -1,6 +1,6 @@
 """Waiting for a server to answer: what to ask the host, and how to read its answer.
 
-The deploy polls through ``podctl.py wait`` on the host (so a port that is not
+The deploy polls through podctl's ``wait`` on the host (so a port that is not
 exposed still works), a window of a few seconds per round trip, and prints a
 progress line after each: elapsed time, what /health says, the log's last line.
 It stops early when the supervisor is gone, a program is left stopped (FATAL),

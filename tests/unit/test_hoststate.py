@@ -1,4 +1,4 @@
-"""The probe: podctl.py run for real against folders shaped like a host, then parsed."""
+"""The probe: podctl run for real against folders shaped like a host, then parsed."""
 
 import dataclasses
 import json
@@ -433,7 +433,7 @@ SYSTEMCTL_SHOW = {
 @pytest.fixture
 def systemd_host(tmp_path, monkeypatch):
     """podctl run in this process as on a host where systemd runs, with ``systemctl show`` answering ``state``."""
-    from podkit.remote import podctl
+    from tests.helpers import podctl
 
     running = tmp_path / "run-systemd-system"
     running.mkdir()

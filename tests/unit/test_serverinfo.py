@@ -75,7 +75,7 @@ def started_server(*argv):
     import sys
     import time
 
-    from podkit.remote import podctl
+    from tests.helpers import podctl
 
     server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "serve", *argv])
     for _ in range(100):  # the child's argv is in /proc once it has exec'd
@@ -91,8 +91,7 @@ def started_server(*argv):
 def test_describe_finds_the_server_launch_sh_recorded_under_either_supervisor(tmp_path, monkeypatch, supervisor):
     """launch.sh writes vllm.pid whichever supervisor starts it; under systemd the unit's MainPID is
     launch.sh itself, not vLLM, and is not taken for the server."""
-    from podkit.remote import podctl
-    from tests.helpers import pid_line
+    from tests.helpers import pid_line, podctl
 
     server = started_server("/models/mine", "--port", "8001")
     launch_sh = started_server("/not/the/server")  # what the unit's MainPID names
@@ -128,7 +127,7 @@ def test_describe_reads_the_generation_config_and_scans_for_the_key_only_when_as
     import sys
     import time
 
-    from podkit.remote import podctl
+    from tests.helpers import podctl
 
     model = tmp_path / "model"
     model.mkdir()
@@ -212,7 +211,7 @@ def describe_cfg(tmp_path, port, **extra):
 @pytest.mark.proc
 def test_podctl_names_a_stranger_on_the_port_and_knows_podkits_server(tmp_path, http_server):
     from podkit.client.serverinfo import key_refusal
-    from podkit.remote import podctl
+    from tests.helpers import podctl
 
     shell, server, port = http_server
     stranger = podctl_run("describe", describe_cfg(tmp_path, port))["listener"]
@@ -254,7 +253,7 @@ def test_describe_says_where_vllm_listens_and_which_routes_it_serves(tmp_path, h
     import http.server
     import threading
 
-    from podkit.remote import podctl
+    from tests.helpers import podctl
 
     shell, _, port = http_server
     assert podctl.listen_addresses(shell.pid) == [{"address": "127.0.0.1", "port": port}]

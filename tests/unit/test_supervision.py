@@ -32,10 +32,9 @@ from podkit.host.probe import parse_probe, probe_config, server_config
 from podkit.host.readiness import WaitResult, wait_config
 from podkit.host.status import host_status, parse_status, status_config
 from podkit.host.supervision import status_problems
-from podkit.remote import podctl
 from podkit.settings import PackageSpec
 from podkit.wayin import way_in
-from tests.helpers import pid_line, settings_for, stand_in_supervisord, zombie
+from tests.helpers import pid_line, podctl, settings_for, stand_in_supervisord, zombie
 
 STAND_IN_VLLM = """#!/bin/sh
 # stand-in vLLM, started by launch.sh with the serve argv

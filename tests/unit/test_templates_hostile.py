@@ -30,10 +30,9 @@ import pytest
 
 from podkit.host.hostplan import HostPlan
 from podkit.host.render import host_files, serve_argv, supervisor_command, supervisor_value
-from podkit.remote import podctl
 from podkit.settings import PackageSpec
 from podkit.wayin import way_in
-from tests.helpers import settings
+from tests.helpers import podctl, settings
 
 MARK = "PWNED"
 HOSTILE = [
