@@ -30,6 +30,7 @@ from pyinfra.api.exceptions import DeployError, NoGroupError
 from operations import checkpoint, facts, interrupt, preflight, rollback, router, supervisor, vllm, volume
 from podkit import project_path
 from podkit.host.cluster import Member, cluster_of
+from podkit.host.edge import edge_problems
 from podkit.host.hostplan import plan_host
 from podkit.host.launchcheck import check_command, serve_arguments
 from podkit.host.measure import deploy_step
@@ -37,15 +38,7 @@ from podkit.host.preflight import host_problems
 from podkit.host.probe import Unit, server_config
 from podkit.host.profile import device_of, wait_profile
 from podkit.host.programs import ROUTER_PROGRAMS, edge_files, idle_files, managed_files, programs_for
-from podkit.host.render import (
-    edge_problems,
-    host_files,
-    idle_config_problems,
-    reuse_key,
-    router_files,
-    serve_argv,
-    server_env,
-)
+from podkit.host.render import host_files, idle_config_problems, reuse_key, router_files, serve_argv, server_env
 from podkit.host.rollback import restorable as rollback_due
 from podkit.host.rollback import restore_config, to_keep
 from podkit.host.router import port_problems, replicas_of, router_ports, router_problems, self_problems

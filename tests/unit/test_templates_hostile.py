@@ -28,8 +28,9 @@ from pathlib import Path
 
 import pytest
 
+from podkit.host.filters import supervisor_command, supervisor_value
 from podkit.host.hostplan import HostPlan
-from podkit.host.render import host_files, serve_argv, supervisor_command, supervisor_value
+from podkit.host.render import host_files, serve_argv
 from podkit.settings import PackageSpec
 from podkit.wayin import way_in
 from tests.helpers import podctl, settings
