@@ -10,14 +10,11 @@ a :class:`PodctlError` in one style, naming the action and what came back instea
 
 from __future__ import annotations
 
-import ast
-import functools
 import json
 import shlex
-from importlib import resources
 from typing import Any
 
-from podkit.remote.podctl import PARTS
+from podkit.host.shipped import program
 
 _HEREDOC = "PODKIT_PODCTL_EOF"
 #: What the command prints itself when the host has no python3 to run podctl with.
@@ -29,50 +26,9 @@ class PodctlError(RuntimeError):
     """podctl gave no answer podkit can read; the message says what came back instead."""
 
 
-@functools.cache
 def podctl_source() -> str:
-    """podctl as it runs on a host: one program put together from ``podkit/remote/podctl/``: the
-    package's docstring (its table of contents), every part's standard-library imports, then each
-    part's body in ``PARTS`` order, without the parts' imports of each other (one program, one
-    namespace)."""
-    folder = resources.files("podkit.remote.podctl")
-    head, _, _ = _part(folder.joinpath("__init__.py").read_text())
-    imports: set[str] = set()
-    bodies = []
-    for part in PARTS:
-        doc, needs, body = _part(folder.joinpath(f"{part}.py").read_text())
-        imports |= needs
-        title = doc.strip('"').strip().splitlines()[0]
-        bodies.append(f"# --- {part}: {title}\n\n{body}")
-    ordered = sorted(imports, key=lambda line: (line.startswith("from "), line))
-    return head + "\n\n" + "\n".join(ordered) + "\n\n\n" + "\n\n\n".join(bodies)
-
-
-def _part(text: str) -> tuple[str, set[str], str]:
-    """A part's docstring (as written), its standard-library imports (one statement each), and the
-    rest of it: its imports of the other parts dropped."""
-    tree = ast.parse(text)
-    lines = text.splitlines(keepends=True)
-    doc, imports, dropped = "", set[str](), set[int]()
-    for index, node in enumerate(tree.body):
-        span = range(node.lineno - 1, node.end_lineno or node.lineno)
-        if index == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
-            doc = "".join(lines[line] for line in span).strip()
-        elif isinstance(node, ast.Import):
-            imports |= {
-                f"import {alias.name}" + (f" as {alias.asname}" if alias.asname else "") for alias in node.names
-            }
-        elif isinstance(node, ast.ImportFrom):
-            if not (node.level or (node.module or "").startswith("podkit")):  # another part's: one namespace
-                imports |= {
-                    f"from {node.module} import {alias.name}" + (f" as {alias.asname}" if alias.asname else "")
-                    for alias in node.names
-                }
-        else:
-            continue
-        dropped.update(span)
-    body = "".join(line for number, line in enumerate(lines) if number not in dropped)
-    return doc, imports, body.strip() + "\n"
+    """podctl as it runs on a host: one program put together from ``podkit/remote/podctl/``."""
+    return program("podkit.remote.podctl")
 
 
 def podctl_command(action: str, cfg: dict[str, Any]) -> str:
