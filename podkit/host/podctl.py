@@ -2,7 +2,8 @@
 its answer.
 
 podctl (``podkit/remote/podctl/``, put together into one program by :func:`podctl_source`)
-travels inline with each remote command and prints one line of JSON, its answer, last. :func:`read_answer` is the only place that line is read: every podctl action
+travels inline with each remote command and prints one line of JSON, its answer, last.
+:func:`read_answer` is the only place that line is read: every podctl action
 (probe, wait, describe, cache, fetch-status, reap, supervise, status, down) comes back through it,
 and anything else that comes back (no python3, a shell's noise, a traceback, no output at all) is
 a :class:`PodctlError` in one style, naming the action and what came back instead.
