@@ -46,7 +46,7 @@ from podkit.host.startup import plan_record
 from podkit.keys import ApiKeyError, ensure_key, file_content, key_digest, read_hf_token
 from podkit.paths import EDGE_UNIT_NAME, EDGE_UNIT_PATH, IDLE_UNIT_NAME, IDLE_UNIT_PATH, UNIT_NAME, UNIT_PATH
 from podkit.plan.checkpoints import from_hub
-from podkit.remote.idle import follow_grace
+from podkit.remote.idle.clock import follow_grace
 from podkit.settings import Settings, SettingsError
 from podkit.wayin import pin_ca, record_role, way_in
 

@@ -2,10 +2,13 @@
 declarations give them, a host with GPUs, a plan against a local hub, an unreaped child, a pid
 file's line, a process podctl takes for supervisord, and podctl itself as the host runs it."""
 
+import atexit
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import types
 from pathlib import Path
@@ -14,17 +17,31 @@ import pytest
 from huggingface_hub import HfApi
 
 from podkit.host.hostplan import plan_host
-from podkit.host.podctl import podctl_source
 from podkit.host.preflight import choose_vllm
 from podkit.host.probe import Gpu, HostState
+from podkit.host.shipped import program
 from podkit.plan.checkpoints import find_fp8_alternative, from_hub
 from podkit.settings import Settings, defaults
 
 ROOT = Path(__file__).resolve().parent.parent
-#: podctl as the host runs it: the one program put together from its parts, as a module, so a test
-#: calls (and monkeypatches) exactly what ships.
-podctl = types.ModuleType("podctl", "podctl, put together from podkit/remote/podctl/")
-exec(compile(podctl_source(), "podctl", "exec"), podctl.__dict__)
+_SHIPPED = Path(tempfile.mkdtemp(prefix="podkit-shipped-"))
+atexit.register(shutil.rmtree, _SHIPPED, True)
+
+
+def shipped(package: str, name: str) -> types.ModuleType:
+    """The program ``package`` as the host runs it: its parts put together into one file (written
+    under a temporary folder: ``module.__file__``, for a test that runs it with python3), loaded
+    as a module, so a test calls (and monkeypatches) exactly what ships."""
+    path = _SHIPPED / f"{name}.py"
+    path.write_text(program(package))
+    module = types.ModuleType(name, f"{name}, put together from {package}")
+    module.__file__ = str(path)
+    exec(compile(path.read_text(), str(path), "exec"), module.__dict__)
+    return module
+
+
+podctl = shipped("podkit.remote.podctl", "podctl")
+idle = shipped("podkit.remote.idle", "idle")
 #: The token the local hub of tests/unit/conftest.py's ``hub`` fixture accepts for gated repos.
 HUB_TOKEN = "hf_" + "t" * 12
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from podkit import PROJECT_ROOT
@@ -26,6 +25,7 @@ from podkit.host.hostplan import HostPlan
 from podkit.host.profile import STARTUP_PLAN_ENV, profile_key, sized_by_settings
 from podkit.host.programs import edge_files, managed_files, programs_for
 from podkit.host.router import Replica, router_argv
+from podkit.host.shipped import program
 from podkit.host.startup import plan_record
 from podkit.paths import UNIT_NAME
 from podkit.settings import PackageSpec, Settings
@@ -325,8 +325,8 @@ def server_env(settings: Settings, cluster: Cluster | None = None) -> dict[str, 
 
 
 def idle_source() -> str:
-    """The idle watcher's program, as it runs on the host (``podkit/remote/idle.py``)."""
-    return resources.files("podkit.remote").joinpath("idle.py").read_text()
+    """The idle watcher's program, as it runs on the host: one file put together from ``podkit/remote/idle/``."""
+    return program("podkit.remote.idle")
 
 
 def idle_config(settings: Settings, host_name: str, pod_id: str | None, follow: dict | None = None) -> str:
@@ -361,7 +361,7 @@ IDLE_SETTINGS = {"idle_seconds": "podkit_idle_stop_minutes", "usd_per_hour": "po
 def idle_config_problems(settings: Settings, host_name: str, pod_id: str | None) -> list[str]:
     """The deploy writes no idle.json its watcher would refuse (it would leave the watcher FATAL,
     so nothing stops the host when idle): the watcher's own check, run on the rendered config."""
-    from podkit.remote.idle import config_problem
+    from podkit.remote.idle.config import config_problem
 
     problem = config_problem(json.loads(idle_config(settings, host_name, pod_id)))
     if problem is None:

@@ -1,6 +1,7 @@
-"""podctl is one program on the host, put together from parts here: the program is exactly the
-parts, in their order, each part imports only the standard library and the parts before it, and
-each part has tests of its own. Then the parts no test elsewhere reaches directly."""
+"""podctl and the idle watcher are each one program on the host, put together from parts here: the
+program is exactly the parts, in their order, each part imports only the standard library and the
+parts before it, and each part has tests of its own. Then podctl's parts no test elsewhere reaches
+directly."""
 
 import ast
 import importlib
@@ -11,15 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from podkit.host.podctl import podctl_source
-from podkit.remote.podctl import PARTS
-from tests.helpers import ROOT, podctl
+from podkit.host.shipped import program
+from tests.helpers import ROOT, idle, podctl
 
-FOLDER = ROOT / "podkit" / "remote" / "podctl"
+#: Each program shipped to the host as one file, and the module the tests load it as.
+PROGRAMS = {"podkit.remote.podctl": podctl, "podkit.remote.idle": idle}
+PARTS = [(package, name) for package in PROGRAMS for name in importlib.import_module(package).PARTS]
 
 
-def part(name):
-    return importlib.import_module(f"podkit.remote.podctl.{name}")
+def folder(package):
+    return ROOT / package.replace(".", "/")
+
+
+def part(package, name):
+    return importlib.import_module(f"{package}.{name}")
 
 
 def own(module) -> dict:
@@ -44,22 +50,25 @@ def bytecode(code):
     return (code.co_code, consts, code.co_names, code.co_varnames)
 
 
-def test_the_parts_are_the_folder():
-    assert sorted(PARTS) == sorted(p.stem for p in FOLDER.glob("*.py") if p.stem != "__init__")
+@pytest.mark.parametrize("package", PROGRAMS)
+def test_the_parts_are_the_folder(package):
+    parts = importlib.import_module(package).PARTS
+    assert sorted(parts) == sorted(p.stem for p in folder(package).glob("*.py") if p.stem != "__init__")
 
 
-@pytest.mark.parametrize("name", PARTS)
-def test_what_runs_on_the_host_is_each_part_as_written(name):
-    module = part(name)
+@pytest.mark.parametrize("package, name", PARTS)
+def test_what_runs_on_the_host_is_each_part_as_written(package, name):
+    module = part(package, name)
     assert own(module), f"{name} defines nothing"
     for attr, value in own(module).items():
-        assert code_of(getattr(podctl, attr)) == code_of(value), f"{name}.{attr} differs in the program"
+        assert code_of(getattr(PROGRAMS[package], attr)) == code_of(value), f"{name}.{attr} differs in the program"
 
 
-def test_no_name_is_defined_by_two_parts():
+@pytest.mark.parametrize("package", PROGRAMS)
+def test_no_name_is_defined_by_two_parts(package):
     seen: dict[str, str] = {}
-    for name in PARTS:
-        tree = ast.parse((FOLDER / f"{name}.py").read_text())
+    for name in importlib.import_module(package).PARTS:
+        tree = ast.parse((folder(package) / f"{name}.py").read_text())
         for node in tree.body:
             targets = [node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else []
             if isinstance(node, ast.Assign):
@@ -69,10 +78,11 @@ def test_no_name_is_defined_by_two_parts():
                 seen[target] = name
 
 
-@pytest.mark.parametrize("index, name", list(enumerate(PARTS)))
-def test_a_part_imports_the_standard_library_and_earlier_parts_only(index, name):
-    earlier = {f"podkit.remote.podctl.{p}" for p in PARTS[:index]}
-    for node in ast.walk(ast.parse((FOLDER / f"{name}.py").read_text())):
+@pytest.mark.parametrize("package, name", PARTS)
+def test_a_part_imports_the_standard_library_and_earlier_parts_only(package, name):
+    parts = importlib.import_module(package).PARTS
+    earlier = {f"{package}.{p}" for p in parts[: parts.index(name)]}
+    for node in ast.walk(ast.parse((folder(package) / f"{name}.py").read_text())):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("podkit"):
             assert node.module in earlier and not node.level, f"{name} imports {node.module}, not an earlier part"
             assert all(alias.asname is None for alias in node.names), "one namespace on the host: no renaming"
@@ -82,26 +92,30 @@ def test_a_part_imports_the_standard_library_and_earlier_parts_only(index, name)
                 assert top in os.sys.stdlib_module_names, f"{name} imports {top}, which a host's python3 may lack"
 
 
-def test_the_program_opens_with_the_table_of_contents_and_names_each_part():
-    source = podctl_source()
-    assert source.startswith('"""podctl: the one program podkit runs on a host')
+@pytest.mark.parametrize("package", PROGRAMS)
+def test_the_program_opens_with_the_table_of_contents_and_names_each_part(package):
+    source = program(package)
+    assert source.startswith('"""' + importlib.import_module(package).__doc__.split("\n")[0])
     banners = re.findall(r"^# --- (\w+): ", source, re.M)
-    assert banners == list(PARTS)
+    assert banners == list(importlib.import_module(package).PARTS)
     assert not re.search(r"^\s*(from|import) podkit", source, re.M), "one program: no part imports another"
 
 
-def test_each_part_has_tests():
-    """A part's functions or verbs are called by name somewhere in the tests (through the program)."""
+@pytest.mark.parametrize("package", PROGRAMS)
+def test_each_part_has_tests(package):
+    """A part's functions (or podctl's verbs) are called by name somewhere in the tests, through the program."""
+    name = package.rsplit(".", 1)[1]
     called = set()
     for path in (ROOT / "tests").rglob("*.py"):
         text = path.read_text()
-        called |= set(re.findall(r"\bpodctl\.(\w+)", text))
-        called |= {verb.replace("-", "_") for verb in re.findall(r'podctl(?:_command)?\(\s*"([\w-]+)"', text)}
-    untested = [name for name in PARTS if not set(own(part(name))) & called]
+        called |= set(re.findall(rf"\b{name}\.(\w+)", text))
+        called |= {verb.replace("-", "_") for verb in re.findall(rf'{name}(?:_command)?\(\s*"([\w-]+)"', text)}
+    parts = importlib.import_module(package).PARTS
+    untested = [p for p in parts if not set(own(part(package, p))) & called]
     assert untested == [], "parts no test calls"
 
 
-# --- the parts the probe reaches only as a whole: machine, lock, cluster
+# --- podctl's parts the probe reaches only as a whole: machine, lock, cluster
 
 
 def test_a_paths_mode_and_owner_are_read_without_following_a_link(tmp_path):
