@@ -32,10 +32,11 @@ from podkit import project_path
 from podkit.host.cluster import Member, cluster_of
 from podkit.host.edge import edge_problems
 from podkit.host.hostplan import plan_host
+from podkit.host.hoststate import Unit
 from podkit.host.launchcheck import check_command, serve_arguments
 from podkit.host.measure import deploy_step
 from podkit.host.preflight import host_problems
-from podkit.host.probe import Unit, server_config
+from podkit.host.probe import server_config
 from podkit.host.profile import device_of, wait_profile
 from podkit.host.programs import ROUTER_PROGRAMS, edge_files, idle_files, managed_files, programs_for
 from podkit.host.render import host_files, idle_config_problems, reuse_key, router_files, serve_argv, server_env

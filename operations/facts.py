@@ -20,14 +20,15 @@ from gevent.lock import Semaphore
 from pyinfra import host, state
 from pyinfra.api import FactBase
 
+from podkit.host.hoststate import HostState
 from podkit.host.podctl import podctl_command
-from podkit.host.probe import HostState, ProbeError, parse_probe, probe_config
+from podkit.host.probe import ProbeError, parse_probe, probe_config
 from podkit.settings import Settings
 
 
 class PodState(FactBase):
     """
-    Returns a ``podkit.host.probe.HostState`` built from one probe of the host:
+    Returns a ``podkit.host.hoststate.HostState`` built from one probe of the host:
 
     .. code:: python
 

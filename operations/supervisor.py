@@ -8,8 +8,8 @@ import shlex
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 
+from podkit.host.hoststate import orphan_line
 from podkit.host.podctl import PodctlError, podctl_command, read_answer
-from podkit.host.probe import orphan_line
 from podkit.host.programs import PROGRAMS
 from podkit.text import clean
 

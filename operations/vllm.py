@@ -10,9 +10,9 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 
 from operations.rollback import restore_served
+from podkit.host.hoststate import VllmInstall
 from podkit.host.install import install_command
 from podkit.host.podctl import PodctlError, podctl_command
-from podkit.host.probe import VllmInstall
 from podkit.host.readiness import UP_STARTED, WaitResult, wait_config
 from podkit.paths import Paths
 from podkit.settings import PackageSpec, Settings

@@ -17,8 +17,8 @@ import pytest
 from huggingface_hub import HfApi
 
 from podkit.host.hostplan import plan_host
+from podkit.host.hoststate import Gpu, HostState
 from podkit.host.preflight import choose_vllm
-from podkit.host.probe import Gpu, HostState
 from podkit.host.shipped import program
 from podkit.plan.checkpoints import find_fp8_alternative, from_hub
 from podkit.settings import Settings, defaults

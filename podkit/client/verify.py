@@ -40,7 +40,7 @@ from podkit.client.edgecheck import edge_refusals
 from podkit.client.outcome import Outcome, worst
 from podkit.client.serverinfo import ServerInfo, key_refusal
 from podkit.client.toolcalls import WEATHER_TOOL, schema_errors, silent_failure, wrong_parser
-from podkit.host.probe import orphan_line
+from podkit.host.hoststate import orphan_line
 from podkit.host.supervision import program_problems
 
 __all__ = [  # the tool-call helpers are re-exported: verify is where callers look for them

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from podkit.host.hoststate import HostState, VllmInstall
 from podkit.host.preflight import choose_vllm
-from podkit.host.probe import HostState, VllmInstall, listener_holder
+from podkit.host.probe import listener_holder
 from podkit.host.programs import programs_for
 from podkit.settings import SETTINGS, PackageSpec, Settings
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from podkit.checks import vllm_flag
 from podkit.host.fetch import FetchSpec
-from podkit.host.probe import HostState
+from podkit.host.hoststate import HostState
 from podkit.plan.architecture import Architecture
 from podkit.plan.checkpoints import Checkpoint, ModelError, find_fp8_alternative, from_hub, from_probe, max_positions
 from podkit.plan.families import Family, UnknownFamily, family_for

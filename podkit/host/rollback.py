@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from podkit.settings import Settings
 
 if TYPE_CHECKING:  # the probe sums the copies (it imports this module)
-    from podkit.host.probe import HostState
+    from podkit.host.hoststate import HostState
 
 SUFFIX = ".served"
 

@@ -8,7 +8,7 @@ import pytest
 
 from podkit.checks import SettingsError
 from podkit.host.cluster import Member, cluster_of
-from podkit.host.probe import Gpu
+from podkit.host.hoststate import Gpu
 from tests.helpers import gpu_host, settings
 
 HEAD, FOLLOWER = "10.65.0.1", "10.65.0.2"

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from podkit.host.hostplan import stage_line
-from podkit.host.probe import VllmInstall
+from podkit.host.hoststate import VllmInstall
 from podkit.plan import checkpoints
 from testing.hub_repos import CONFIG, repo_files, write_repo
 from tests.helpers import HUB_TOKEN as TOKEN

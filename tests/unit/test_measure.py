@@ -206,7 +206,7 @@ def _deploy(measure=True, gpus=(), server_pid=None, measured=None, fetched=False
 
     from podkit.host.fetch import FetchSpec
     from podkit.host.hostplan import HostPlan
-    from podkit.host.probe import Gpu
+    from podkit.host.hoststate import Gpu
     from podkit.settings import Settings, defaults
 
     settings = Settings.from_mapping(

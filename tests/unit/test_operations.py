@@ -22,7 +22,7 @@ from pyinfra.context import ctx_host, ctx_state
 
 from operations import checkpoint, interrupt, preflight, rollback, supervisor, vllm, volume
 from podkit.host.fetch import FetchSpec
-from podkit.host.probe import VllmInstall
+from podkit.host.hoststate import VllmInstall
 from podkit.paths import Paths
 from podkit.settings import PackageSpec, Settings
 from tests.helpers import sample_data

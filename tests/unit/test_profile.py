@@ -12,7 +12,7 @@ import pytest
 from podkit import PROJECT_ROOT
 from podkit.checks import PackageSpec
 from podkit.host.hostplan import HostPlan
-from podkit.host.probe import Gpu
+from podkit.host.hoststate import Gpu
 from podkit.host.profile import (
     STARTUP_PLAN_ENV,
     device_of,
