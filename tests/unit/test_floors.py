@@ -37,6 +37,7 @@ FLOORS: list[tuple[str, set[str]]] = [
     ("what a client does with the hosts the deploy left", {"podkit.client"}),
     ("the libraries the front ends stand on", {"pyinfra", "pyinfra_cli", "click"}),
     ("the front ends: pyinfra's operations and facts, the podkit command", {"operations", "podkit_cli"}),
+    ("the deploy's roles: a server's path, a router's", {"roles"}),
     (
         "entry points, inventories and group data, and the test doubles (outside the product)",
         {"deploy", "cli", "inventories", "group_data", "testing"},
@@ -48,9 +49,19 @@ REMOTE = "podkit.remote"
 #: (the detached download and the measured start run on the Python that has vLLM, and so huggingface_hub).
 RUNS_WITH = {"podkit.remote.fetch": {"huggingface_hub"}, "podkit.remote.measure": {"huggingface_hub"}}
 #: The product: what ships (and the deploy and the shim that run it); testing/ is outside it.
-PRODUCT = ("podkit", "podkit_cli", "operations", "deploy", "cli")
+PRODUCT = ("podkit", "podkit_cli", "operations", "roles", "deploy", "cli")
 #: The project's own code whose imports are checked (tests/, benchmarks/, scripts/ may import anything).
-CHECKED = ("podkit", "podkit_cli", "operations", "inventories", "group_data", "testing", "deploy.py", "cli.py")
+CHECKED = (
+    "podkit",
+    "podkit_cli",
+    "operations",
+    "roles",
+    "inventories",
+    "group_data",
+    "testing",
+    "deploy.py",
+    "cli.py",
+)
 
 FLOOR_OF = {unit: number for number, (_, units) in enumerate(FLOORS) for unit in units}
 #: The project's folders outside the product (tests/, benchmarks/, scripts/): above every floor.
