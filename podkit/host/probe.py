@@ -15,8 +15,7 @@ from typing import Any
 
 from podkit.host.hoststate import Gpu, HostState, Unit, VllmInstall, parse_nvidia_smi
 from podkit.host.podctl import PodctlError, read_answer
-from podkit.host.programs import edge_files, idle_files, managed_files, programs_for, supervision_files
-from podkit.host.rollback import copies
+from podkit.host.programs import copies, edge_files, idle_files, managed_files, programs_for, supervision_files
 from podkit.paths import EDGE_UNIT_NAME, IDLE_UNIT_NAME, UNIT_NAME
 from podkit.settings import Settings
 

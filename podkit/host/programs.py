@@ -50,3 +50,24 @@ def supervision_files(settings: Settings) -> list[str]:
     if settings.supervisor == "systemd":
         return [paths.unit_copy, UNIT_PATH, paths.edge_unit_copy, EDGE_UNIT_PATH, paths.idle_unit_copy, IDLE_UNIT_PATH]
     return [paths.supervisord_conf]
+
+
+# What a failed start puts back (podkit.host.rollback): the files a server starts from, copied beside them.
+SUFFIX = ".served"
+
+
+def kept_files(settings: Settings) -> list[str]:
+    """What a server starts from and a failed start puts back: the launch script (the argv, the
+    generation config), the env file and the plan podkit status compares the start with. The key is
+    not among them: the controller's key is the source, and the launch script reads it at start."""
+    paths = settings.paths
+    return [paths.launch_script, paths.env_file, paths.plan_file]
+
+
+def copy_of(path: str) -> str:
+    return path + SUFFIX
+
+
+def copies(settings: Settings) -> list[str]:
+    """The copies' paths (the probe sums them, so keeping them costs no read)."""
+    return [copy_of(path) for path in kept_files(settings)]

@@ -46,8 +46,13 @@ FLOORS: list[tuple[str, set[str]]] = [
 #: Shipped to the host and run there by its own Python; anything may import its helpers.
 REMOTE = "podkit.remote"
 #: What a remote program may import beside the standard library: the Python it runs under has it
-#: (the detached download and the measured start run on the Python that has vLLM, and so huggingface_hub).
-RUNS_WITH = {"podkit.remote.fetch": {"huggingface_hub"}, "podkit.remote.measure": {"huggingface_hub"}}
+#: (the detached download, the measured start and vLLM's check of a launch run on the Python that
+#: has vLLM, and so huggingface_hub).
+RUNS_WITH = {
+    "podkit.remote.fetch": {"huggingface_hub"},
+    "podkit.remote.measure": {"huggingface_hub"},
+    "podkit.remote.vllmcheck": {"vllm"},
+}
 #: The product: what ships (and the deploy and the shim that run it); testing/ is outside it.
 PRODUCT = ("podkit", "podkit_cli", "operations", "roles", "deploy", "cli")
 #: The project's own code whose imports are checked (tests/, benchmarks/, scripts/ may import anything).

@@ -11,9 +11,9 @@ import pytest
 from podkit.host.cluster import cluster_of
 from podkit.host.launchcheck import CHECK_TIMEOUT, CheckResult, check_command, refusal, serve_arguments
 from podkit.host.probe import probe_config
-from podkit.host.programs import managed_files
-from podkit.host.rollback import copies, copy_of, kept_files, restore_config, to_keep
+from podkit.host.programs import copies, copy_of, kept_files, managed_files
 from podkit.host.rollback import restorable as rollback_due
+from podkit.host.rollback import restore_config, to_keep
 from podkit.host.router import replicas_of, self_problems
 from podkit.wayin import way_in
 from tests.helpers import default_data, settings
