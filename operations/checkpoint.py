@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 
 from podkit.host.fetch import FetchSpec, progress_line, start_command, status_config
-from podkit.host.probe import podctl_command
+from podkit.host.podctl import PodctlError, podctl_command, read_answer
 from podkit.paths import Paths
 from podkit.text import clean
 
 
 def _podctl(host, action: str, cfg: dict):
     status, output = host.run_shell_command(podctl_command(action, cfg), print_output=False)
-    if not status:
-        raise RuntimeError(clean(output.stderr[-300:]))
-    return json.loads(output.stdout.strip().splitlines()[-1])
+    try:
+        return read_answer(action, output.stdout, output.stderr)
+    except PodctlError as exc:
+        raise RuntimeError(clean(exc)) from None
 
 
 def _clean(state, host, paths: Paths) -> bool:

@@ -1,6 +1,6 @@
 """Facts: what a host is like, read in as few round trips as possible.
 
-``PodState`` runs ``podkit/remote/podctl.py probe`` on the host: one command
+``PodState`` runs podctl's ``probe`` (``podkit/remote/podctl/``) on the host: one command
 that returns GPUs, the volume, installed vLLM builds, the checksums, modes and
 owners of every file podkit manages, the runner's and server's state and any
 vLLM engine that outlived its server, and that takes the deploy lock (one deploy
@@ -20,13 +20,15 @@ from gevent.lock import Semaphore
 from pyinfra import host, state
 from pyinfra.api import FactBase
 
-from podkit.host.probe import HostState, ProbeError, parse_probe, podctl_command, probe_config
+from podkit.host.hoststate import HostState
+from podkit.host.podctl import podctl_command
+from podkit.host.probe import ProbeError, parse_probe, probe_config
 from podkit.settings import Settings
 
 
 class PodState(FactBase):
     """
-    Returns a ``podkit.host.probe.HostState`` built from one probe of the host:
+    Returns a ``podkit.host.hoststate.HostState`` built from one probe of the host:
 
     .. code:: python
 

@@ -3,13 +3,14 @@ no systemd, no root) or two systemd units (``podkit_supervisor = "systemd"``).""
 
 from __future__ import annotations
 
-import json
 import shlex
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 
-from podkit.host.probe import PROGRAMS, orphan_line, podctl_command
+from podkit.host.hoststate import orphan_line
+from podkit.host.podctl import PodctlError, podctl_command, read_answer
+from podkit.host.programs import PROGRAMS
 from podkit.text import clean
 
 
@@ -17,9 +18,9 @@ def podctl_answer(host, action: str, cfg: dict) -> dict:
     """Run ``podctl ACTION`` on the host: its JSON answer, ``ok`` false when it failed or printed none."""
     status, output = host.run_shell_command(podctl_command(action, cfg), print_output=False)
     try:
-        result = json.loads(output.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        result = {"ok": False, "error": output.stderr[-300:] or "podctl printed nothing"}
+        result = read_answer(action, output.stdout, output.stderr)
+    except PodctlError as exc:
+        result = {"ok": False, "error": str(exc)}
     return result if status else {**result, "ok": False}
 
 
@@ -192,14 +193,10 @@ def _reap(state, host, found: list[dict]) -> bool:
     cfg = {"orphans": [{"pid": o["pid"], "start": o["start"]} for o in found], "timeout": 10}
     status, output = host.run_shell_command(podctl_command("reap", cfg), print_output=False)
     try:
-        result = json.loads(output.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        result = None
-    if not status or result is None:
+        result = read_answer("reap", output.stdout, output.stderr)
+    except PodctlError as exc:
         host.log_styled(
-            clean(f"could not stop the orphaned engines and stray programs: {output.stderr[-300:]}"),
-            fg="red",
-            log_func=logger.error,
+            clean(f"could not stop the orphaned engines and stray programs: {exc}"), fg="red", log_func=logger.error
         )
         return False
     if result["left"]:

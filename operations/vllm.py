@@ -10,13 +10,14 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 
 from operations.rollback import restore_served
-from podkit.client.targets import pin_ca
+from podkit.host.hoststate import VllmInstall
 from podkit.host.install import install_command
-from podkit.host.probe import VllmInstall, podctl_command
+from podkit.host.podctl import PodctlError, podctl_command
 from podkit.host.readiness import UP_STARTED, WaitResult, wait_config
 from podkit.paths import Paths
 from podkit.settings import PackageSpec, Settings
 from podkit.text import clean
+from podkit.wayin import pin_ca
 
 
 @operation()
@@ -91,12 +92,11 @@ def _wait_ready(
             settings, max(1.0, min(window, remaining)), profile, up_started_at, crashes_before=crashes_before
         )
         status, output = host.run_shell_command(podctl_command("wait", cfg), print_output=False)
-        if not status:
-            host.log_styled(
-                clean(f"could not poll the server: {output.stderr[-300:]}"), fg="red", log_func=logger.error
-            )
+        try:
+            result = WaitResult.parse(output.stdout, output.stderr, None if status else 1)
+        except PodctlError as exc:
+            host.log_styled(clean(f"could not poll the server: {exc}"), fg="red", log_func=logger.error)
             return False
-        result = WaitResult.parse(output.stdout)
         elapsed = time.monotonic() - start
         if result.ready:
             host.log(f"vLLM answers /health and lists {settings.served_model_name!r} after {elapsed:.0f}s")

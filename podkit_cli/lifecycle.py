@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import runpy
 import shutil
@@ -23,7 +22,7 @@ from pathlib import Path
 import click
 
 from podkit import PROJECT_ROOT, project_path
-from podkit.host.probe import podctl_command
+from podkit.host.podctl import PodctlError, podctl_command, read_answer
 from podkit.host.readiness import UP_STARTED
 from podkit.host.shell import RemoteError
 from podkit.host.status import HostStatus, describe, host_status, parse_status, status_config
@@ -213,19 +212,11 @@ def down(inventory, host_names):
 
 
 def parse_status_line(output: str, errors: str = "", status: int = 0) -> dict:
-    """podctl down's JSON line, or one line saying what came back instead (its last error line)."""
+    """podctl down's answer, or {"ok": False, "error"} saying what came back instead."""
     try:
-        answer = json.loads(output.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        said = (errors.strip().splitlines() or [""])[-1][-200:]
-        text = output.strip()[-200:]
-        return {
-            "ok": False,
-            "error": text or f"podctl down exited {status} without an answer" + (f": {said}" if said else ""),
-        }
-    if not isinstance(answer, dict):
-        return {"ok": False, "error": f"podctl answered something else: {output.strip()[-200:]}"}
-    return answer
+        return read_answer("down", output, errors, status)
+    except PodctlError as exc:
+        return {"ok": False, "error": str(exc)}
 
 
 def resume(select, host_names: tuple[str, ...], wait: float) -> tuple[list[str], list[str]]:

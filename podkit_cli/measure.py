@@ -9,7 +9,6 @@ reaches the hosts.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -17,7 +16,8 @@ import click
 
 from podkit import project_path, state_dir
 from podkit.host.measure import keep_case, measure_command, measure_config, parse_answer, read_measurement, report_lines
-from podkit.host.probe import ProbeError, parse_probe, podctl_command, probe_config, server_config
+from podkit.host.podctl import PodctlError, podctl_command, read_answer
+from podkit.host.probe import ProbeError, parse_probe, probe_config, server_config
 from podkit.host.shell import RemoteError
 from podkit.host.startup import plan_record
 from podkit.settings import Settings, SettingsError
@@ -37,11 +37,9 @@ def _controller() -> dict:
 def _podctl(host, action: str, cfg: dict, timeout: float = 120) -> dict:
     result = host.run(podctl_command(action, cfg), timeout)
     try:
-        return json.loads(result.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        raise click.ClickException(
-            f"{host.name}: podctl {action} printed no JSON: {(result.stdout + result.stderr).strip()[-200:]!r}"
-        ) from None
+        return read_answer(action, result.stdout, result.stderr, result.status)
+    except PodctlError as exc:
+        raise click.ClickException(f"{host.name}: {exc}") from None
 
 
 def server_refusal(name: str, settings: Settings, state, stop_server: bool) -> str | None:
@@ -58,10 +56,10 @@ def server_refusal(name: str, settings: Settings, state, stop_server: bool) -> s
 
 def measure_host(host, model: str, overrides: dict, stop_server: bool) -> dict:
     """Measure ``model`` on one inventory host; raises ClickException with one line on a refusal."""
+    from podkit.host.hostplan import plan_host
     from podkit.host.preflight import choose_vllm
     from podkit.keys import ApiKeyError, read_hf_token
     from podkit.plan.checkpoints import from_hub
-    from podkit.plan.hostplan import plan_host
 
     try:
         settings = Settings.from_mapping({**host.data, "vllm_model": model, **overrides})
@@ -82,7 +80,13 @@ def measure_host(host, model: str, overrides: dict, stop_server: bool) -> dict:
             f"{host.name}: {package} is not installed on the host, and a measurement runs the vLLM the host "
             "runs; apply the deploy first (it installs vLLM), then measure"
         )
-    launch = plan_host(settings, state, prefer_fp8=settings.prefer_fp8, resolve=lambda m: from_hub(m, token=token))
+    launch = plan_host(
+        settings,
+        state,
+        vllm_version=package.version,
+        prefer_fp8=settings.prefer_fp8,
+        resolve=lambda m: from_hub(m, token=token),
+    )
     analytic = launch.plan
     # the analytic memory verdict is what the measurement checks: every other problem stops it
     problems = [p for p in launch.problems if not (analytic is not None and p.startswith(analytic.reason))]

@@ -204,7 +204,7 @@ def _print_plan(p, family_error: str | None) -> None:
     click.echo(f"\n{verdict}: {p.reason}")
     for suggestion in p.suggestions:
         click.echo(f"  - {suggestion}")
-    from podkit.plan.hostplan import context_note
+    from podkit.host.hostplan import context_note
 
     if note := context_note(p.max_model_len):
         click.echo(note, err=True)

@@ -1,23 +1,47 @@
 """Plain helpers shared by the tests (fixtures live in conftest.py): settings as their
 declarations give them, a host with GPUs, a plan against a local hub, an unreaped child, a pid
-file's line, a process podctl takes for supervisord."""
+file's line, a process podctl takes for supervisord, and podctl itself as the host runs it."""
 
+import atexit
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import types
 from pathlib import Path
 
 import pytest
 from huggingface_hub import HfApi
 
-from podkit.host.probe import Gpu, HostState
+from podkit.host.hostplan import plan_host
+from podkit.host.hoststate import Gpu, HostState
+from podkit.host.preflight import choose_vllm
+from podkit.host.shipped import program
 from podkit.plan.checkpoints import find_fp8_alternative, from_hub
-from podkit.plan.hostplan import plan_host
 from podkit.settings import Settings, defaults
 
 ROOT = Path(__file__).resolve().parent.parent
+_SHIPPED = Path(tempfile.mkdtemp(prefix="podkit-shipped-"))
+atexit.register(shutil.rmtree, _SHIPPED, True)
+
+
+def shipped(package: str, name: str) -> types.ModuleType:
+    """The program ``package`` as the host runs it: its parts put together into one file (written
+    under a temporary folder: ``module.__file__``, for a test that runs it with python3), loaded
+    as a module, so a test calls (and monkeypatches) exactly what ships."""
+    path = _SHIPPED / f"{name}.py"
+    path.write_text(program(package))
+    module = types.ModuleType(name, f"{name}, put together from {package}")
+    module.__file__ = str(path)
+    exec(compile(path.read_text(), str(path), "exec"), module.__dict__)
+    return module
+
+
+podctl = shipped("podkit.remote.podctl", "podctl")
+idle = shipped("podkit.remote.idle", "idle")
 #: The token the local hub of tests/unit/conftest.py's ``hub`` fixture accepts for gated repos.
 HUB_TOKEN = "hf_" + "t" * 12
 
@@ -59,6 +83,7 @@ def host_plan(hub, model, state, token=None, nodes=1, **data):
     return plan_host(
         chosen,
         state,
+        vllm_version=choose_vllm(chosen, state)[0].version,
         nodes=nodes,
         prefer_fp8=chosen.prefer_fp8,
         resolve=lambda m: from_hub(m, api=api),

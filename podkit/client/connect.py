@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from podkit.client.targets import WayIn
+from podkit.wayin import WayIn
 
 #: Hermes Agent refuses a model whose context is below this many tokens.
 HERMES_MIN_CONTEXT = 64000
@@ -80,7 +80,7 @@ class ClientSettings:
         key_file: str | Path,
         ca_file: str | Path | None = None,
     ) -> ClientSettings:
-        """The settings for reaching ``host`` by ``way`` (see :func:`podkit.client.targets.way_in`)."""
+        """The settings for reaching ``host`` by ``way`` (see :func:`podkit.wayin.way_in`)."""
         return cls(
             host=host,
             base_url=way.v1,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from podkit.client.api import VllmApi
 from podkit.client.outcome import Outcome
 from podkit.client.serverinfo import ServerInfo
-from podkit.client.targets import is_loopback
+from podkit.wayin import is_loopback
 
 # FastAPI's own pages, which its /openapi.json does not list
 FASTAPI_ROUTES = {"/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect"}

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from podkit.client.api import VllmApi
 from podkit.client.targets import each_host
-from podkit.remote.idle import parse_metrics
+from podkit.remote.idle.clock import parse_metrics
 
 COUNTERS = {
     "vllm:request_success_total": "requests",

@@ -13,18 +13,12 @@ the server podkit started there (:func:`key_refusal`).
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from podkit.host.probe import (
-    edge_files,
-    listener_holder,
-    managed_files,
-    podctl_command,
-    server_config,
-    supervision_files,
-)
+from podkit.host.podctl import PodctlError, podctl_command, read_answer
+from podkit.host.probe import listener_holder, server_config
+from podkit.host.programs import edge_files, managed_files, supervision_files
 from podkit.host.shell import RemoteError, Run
 from podkit.settings import Settings
 
@@ -107,11 +101,9 @@ def describe_config(settings: Settings, leaks: bool = False) -> dict[str, Any]:
 def parse_describe(host: str, settings: Settings, output: str) -> ServerInfo:
     """A :class:`ServerInfo` from ``podctl describe``'s JSON line."""
     try:
-        data = json.loads(output.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return ServerInfo(host, error=f"podctl describe printed no JSON: {output.strip()[-200:]!r}")
-    if data.get("podctl") == 0:
-        return ServerInfo(host, error=data.get("error"))
+        data = read_answer("describe", output)
+    except PodctlError as exc:
+        return ServerInfo(host, error=str(exc))
     args = data.get("serve_args") or []
     record = data.get("checkpoint") or {}
     # a hub checkpoint is served from its snapshot folder: name it by repo and revision

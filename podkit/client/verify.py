@@ -2,8 +2,9 @@
 the other APIs agents speak (Responses, Anthropic Messages: :mod:`podkit.client.agentapis`),
 and that the API key has not leaked on the host.
 
-Each check returns a :class:`Check` (pass/fail, a reason that names the fix,
-and its time). Nothing here changes the server. The checks speak HTTP to the
+Each check returns a :class:`~podkit.client.hostchecks.Check` (pass/fail, a reason
+that names the fix, and its time); the checks of the host's own answer are in
+:mod:`podkit.client.hostchecks`. Nothing here changes the server. The checks speak HTTP to the
 endpoint the way a client does, through :class:`podkit.client.api.VllmApi`:
 plain requests for /health and the 401 check, the ``openai`` client for
 completions and tool calls. The host is read with one ``podctl describe`` over
@@ -22,14 +23,11 @@ Exit codes: :class:`podkit.client.outcome.Outcome` (imported here too), whose
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any
 
 import openai
 from openai.types.chat import ChatCompletionMessageFunctionToolCall
@@ -37,11 +35,10 @@ from openai.types.chat import ChatCompletionMessageFunctionToolCall
 from podkit.client.agentapis import AGENT_APIS, AgentApi, unserved
 from podkit.client.api import VllmApi
 from podkit.client.edgecheck import edge_refusals
+from podkit.client.hostchecks import Check, Report, key_checks, orphan_check, program_check
 from podkit.client.outcome import Outcome, worst
 from podkit.client.serverinfo import ServerInfo, key_refusal
 from podkit.client.toolcalls import WEATHER_TOOL, schema_errors, silent_failure, wrong_parser
-from podkit.host.probe import orphan_line
-from podkit.host.supervision import program_problems
 
 __all__ = [  # the tool-call helpers are re-exported: verify is where callers look for them
     "WEATHER_TOOL",
@@ -54,131 +51,6 @@ __all__ = [  # the tool-call helpers are re-exported: verify is where callers lo
     "worst",
     "wrong_parser",
 ]
-
-
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    seconds: float
-    outcome: Outcome = Outcome.OK
-
-    def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["outcome"] = self.outcome.name.lower()
-        return data
-
-
-@dataclass
-class Report:
-    endpoint: str
-    model: str
-    checks: list[Check] = field(default_factory=list)
-    started: str = ""  # UTC, ISO 8601: when this host's checks began
-    seconds: float = 0.0  # wall time of all of them (the host checks run beside the HTTP ones)
-
-    @property
-    def ok(self) -> bool:
-        return all(check.ok for check in self.checks)
-
-    @property
-    def outcome(self) -> Outcome:
-        return worst(check.outcome for check in self.checks if not check.ok)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "endpoint": self.endpoint,
-            "model": self.model,
-            "ok": self.ok,
-            "outcome": self.outcome.name.lower(),
-            "started": self.started,
-            "seconds": self.seconds,
-            "checks": [check.as_dict() for check in self.checks],
-        }
-
-
-_KEY_FIX = "rotate it (podkit key rotate) and re-apply"
-
-
-def key_checks(info: ServerInfo, seconds: float) -> list[Check]:
-    """The host's key checks from ``podctl describe``'s ``leaks``: argv, server logs, scripts."""
-    leaks = info.leaks
-    if leaks is None:
-        return [
-            Check("key checks on the host", False, f"cannot read the host: {info.error}", seconds, Outcome.UNREACHABLE)
-        ]
-    if leaks.get("error"):
-        return [
-            Check(
-                "key checks on the host",
-                False,
-                f"{leaks['error']} on the host: apply the deploy",
-                seconds,
-                Outcome.ERROR,
-            )
-        ]
-    argv = leaks.get("argv") or []
-    if argv:
-        where = ", ".join(f"pid {hit['pid']} ({hit['program']})" for hit in argv)
-        checks = [
-            Check(
-                "key not in argv",
-                False,
-                f"the key is on the command line of {where}, where ps shows it to every user: stop it, then {_KEY_FIX}",
-                seconds,
-                Outcome.SECRET_EXPOSED,
-            )
-        ]
-    else:
-        hidden = f", {leaks['unreadable']} hidden from this user" if leaks.get("unreadable") else ""
-        checks = [
-            Check("key not in argv", True, f"in no process's argv ({leaks.get('processes', 0)} read{hidden})", seconds)
-        ]
-    for part in ("log", "scripts"):
-        hits = leaks.get(part) or []
-        if hits:
-            where = "; ".join(
-                f"{hit['file']} line{'s' if hit['count'] > 1 else ''} {', '.join(map(str, hit['lines']))}"
-                + (f" ({hit['count']} lines)" if hit["count"] > len(hit["lines"]) else "")
-                for hit in hits
-            )
-            checks.append(
-                Check(
-                    f"key not in {part}",
-                    False,
-                    f"the key is in {where}: {_KEY_FIX}, then remove those lines",
-                    seconds,
-                    Outcome.SECRET_EXPOSED,
-                )
-            )
-        else:
-            searched = [os.path.basename(path) for path in leaks.get(part + "_searched") or []]
-            checks.append(
-                Check(f"key not in {part}", True, f"not in {', '.join(searched) or 'any file (none yet)'}", seconds)
-            )
-    return checks
-
-
-def orphan_check(info: ServerInfo, seconds: float) -> Check:
-    """No vLLM engine of this volume outlived its server (it would hold the memory the server needs)."""
-    if not info.orphans:
-        return Check("no orphaned engine", True, "no vLLM engine outlived its server", seconds)
-    return Check("no orphaned engine", False, "; ".join(map(orphan_line, info.orphans)), seconds, Outcome.ERROR)
-
-
-def program_check(info: ServerInfo, seconds: float) -> Check:
-    """The supervisor runs, and runs every program it promises (the idle watcher's deadline, the
-    edge): a program it does not run is a failure with its last log line and the fix."""
-    if info.programs is None:
-        return Check("programs supervised", True, "not read (an older host answer)", seconds)
-    problems = program_problems(
-        info.supervisor or "supervisord", info.supervisor_pid, info.programs, info.program_said or {}
-    )
-    if problems:
-        return Check("programs supervised", False, "; ".join(problems), seconds, Outcome.ERROR)
-    running = ", ".join(f"{name} {state}" for name, state in sorted(info.programs.items()))
-    return Check("programs supervised", True, f"{info.supervisor}: {running}", seconds)
 
 
 class Verifier:

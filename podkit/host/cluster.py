@@ -20,11 +20,14 @@ Pure: tests feed it probe snapshots.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
+from podkit.host.hoststate import HostState, VllmInstall
 from podkit.host.preflight import choose_vllm
-from podkit.host.probe import HostState, listener_holder, programs_for
-from podkit.settings import SETTINGS, Settings
+from podkit.host.probe import listener_holder
+from podkit.host.programs import programs_for
+from podkit.settings import SETTINGS, PackageSpec, Settings
 
 # Settings every node of a cluster must share: what is served and how (a node's own volume, ports
 # and supervisor may differ; its rank and address are its own).
@@ -38,11 +41,18 @@ SHARED = tuple(
 
 @dataclass(frozen=True)
 class Member:
-    """One inventory host of the cluster, as the deploy sees it: its data and its probe."""
+    """One inventory host as the deploy sees it: its data and its probe (a host outside any cluster
+    is a member of none, seen the same way)."""
 
     name: str
     settings: Settings
     pod: HostState
+
+    @cached_property
+    def vllm(self) -> tuple[PackageSpec, VllmInstall | None]:
+        """The vLLM this host needs and an install that already satisfies it (or None), chosen once:
+        the deploy's install, its plan and the cluster's checks all read this one choice."""
+        return choose_vllm(self.settings, self.pod)
 
     @property
     def facts(self) -> dict[str, Any]:
@@ -139,7 +149,7 @@ class Cluster:
             if member is self.me:
                 continue
             pod, settings = member.pod, member.settings
-            _, found = choose_vllm(settings, pod)
+            _, found = member.vllm
             running = pod.supervised(settings.supervisor, programs_for(settings, follower=member.rank != 0))
             if found is None or not running or not pod.serving_current_files():
                 due.append(member.name)
@@ -198,7 +208,7 @@ def _problems(cluster: Cluster) -> list[str]:
             f"cluster {name}: its ranks must restart together, which podkit does under supervisord: set "
             "podkit_supervisor = 'supervisord' for the cluster"
         )
-    package, _ = choose_vllm(me.settings, me.pod)
+    package, _ = me.vllm
     if package.is_cpu_build and "--enforce-eager" in me.settings.extra_args:
         problems.append(
             f"cluster {name}: --enforce-eager breaks pipeline parallel on vLLM's CPU build ({package}: the first "
@@ -300,7 +310,7 @@ def _agreement_problems(cluster: Cluster) -> list[str]:
         )
     versions = {}
     for member in members:
-        package, found = choose_vllm(member.settings, member.pod)
+        package, found = member.vllm
         versions[member.name] = f"{package.version} ({'the system' if found and found.where == 'system' else 'venv'})"
     differs(
         "the vLLM version",

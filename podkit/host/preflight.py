@@ -1,13 +1,13 @@
 """What the deploy decides from a probed host: what stops it, and which vLLM it runs.
 
-Pure, like the probe: tests feed it :class:`~podkit.host.probe.HostState` values.
+Pure, like the probe: tests feed it :class:`~podkit.host.hoststate.HostState` values.
 """
 
 from __future__ import annotations
 
 import shlex
 
-from podkit.host.probe import HostState, VllmInstall
+from podkit.host.hoststate import HostState, VllmInstall
 from podkit.paths import UNIT_NAME
 from podkit.settings import PackageSpec, Settings
 

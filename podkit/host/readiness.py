@@ -1,6 +1,6 @@
 """Waiting for a server to answer: what to ask the host, and how to read its answer.
 
-The deploy polls through ``podctl.py wait`` on the host (so a port that is not
+The deploy polls through podctl's ``wait`` on the host (so a port that is not
 exposed still works), a window of a few seconds per round trip, and prints a
 progress line after each: elapsed time, what /health says, the log's last line.
 It stops early when the supervisor is gone, a program is left stopped (FATAL),
@@ -12,11 +12,11 @@ an exit count left from earlier starts or an old line of the log say.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 
 from podkit.host.diagnose import diagnose
+from podkit.host.podctl import read_answer
 from podkit.host.probe import server_config
 from podkit.host.startup import STARTUP_NEEDLES, compare, parse_startup, row_text
 from podkit.settings import Settings
@@ -74,8 +74,9 @@ class WaitResult:
     stopped: dict | None = None  # the server was stopped on purpose during the wait: the marker (by, why)
 
     @classmethod
-    def parse(cls, output: str) -> WaitResult:
-        data = json.loads(output.strip().splitlines()[-1])
+    def parse(cls, output: str, errors: str = "", status: int | None = None) -> WaitResult:
+        """podctl wait's answer; raises :class:`~podkit.host.podctl.PodctlError` when it gave none."""
+        data = read_answer("wait", output, errors, status)
         runner = data.get("runner") or {}
         return cls(
             ready=bool(data.get("ready")),

@@ -5,57 +5,33 @@ checksum with the probe's and skip the write, and the restart, when nothing
 changed. No secret is ever passed to a template: the launch script reads the
 key from its file at start.
 
-Every value a template receives goes through a filter for where it lands, so no
-datum can add a command or a unit line (settings refuse control characters
-first; these hold even for a value that got past them):
-
-- ``q``: a shell word (``shlex.quote``);
-- ``env_name``: a shell variable name, refused unless it is one;
-- ``comment``: text in a ``#`` comment, with control characters (line breaks)
-  made spaces;
-- ``systemd``: one word of a unit's command line, double-quoted, with ``%``,
-  ``$``, ``\\``, ``"`` and control characters escaped;
-- ``unit_text``: free text in a unit field (``Description=``): ``%`` escaped,
-  control characters made spaces, no backslash to continue the line;
-- ``unit_value``: a unit field with no escapes of its own (``User=``,
-  ``StandardOutput=append:PATH``): ``%`` escaped, and a value that cannot be
-  written on one line refused;
-- ``supervisor_value``: a supervisord.conf value: ``%`` escaped (supervisord
-  expands ``%(name)s``), one line, no leading or trailing space (stripped there);
-- ``supervisor_command``: a ``command=`` line, each word quoted as supervisord
-  splits it (``shlex``), ``%`` escaped.
-
-The Caddyfile gets no datum but numbers, the names :func:`edge_sites` has
-checked to be IP addresses or DNS names, and the host's name through
-``caddy_text`` (letters, digits, ``_.-``).
+Every value a template receives goes through a filter for where it lands
+(:mod:`podkit.host.filters`), so no datum can add a command or a unit line; the
+Caddyfile's names are checked by :mod:`podkit.host.edge` first.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
-import shlex
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
-import jinja2
-
 from podkit import PROJECT_ROOT
-from podkit.client.targets import WayIn, host_address
 from podkit.host.cluster import Cluster
-from podkit.host.probe import edge_files, managed_files, programs_for
+from podkit.host.edge import edge_sites, hop_upstream
+from podkit.host.filters import environment
+from podkit.host.hostplan import HostPlan
 from podkit.host.profile import STARTUP_PLAN_ENV, profile_key, sized_by_settings
+from podkit.host.programs import edge_files, managed_files, programs_for
 from podkit.host.router import Replica, router_argv
+from podkit.host.shipped import program
 from podkit.host.startup import plan_record
 from podkit.paths import UNIT_NAME
-from podkit.plan.hostplan import HostPlan
 from podkit.settings import PackageSpec, Settings
+from podkit.wayin import WayIn
 
 TEMPLATES = PROJECT_ROOT / "templates"
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # line breaks, tabs, escapes: what settings refuse
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # On a host whose vLLM decodes on the CPU, Caddy's niceness: when the cores are short the
 # scheduler gives decoding the turn (measured on the sandbox: benchmarks/edge.py, docs/measured.md)
 EDGE_NICE_ON_CPU = 10
@@ -70,137 +46,6 @@ class RenderedFile:
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.content.encode()).hexdigest()
-
-
-def _environment(templates: Path) -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-    env.filters["q"] = lambda value: shlex.quote(str(value))
-    env.filters["env_name"] = env_name
-    env.filters["comment"] = comment_text
-    env.filters["systemd"] = systemd_quote
-    env.filters["unit_text"] = unit_text
-    env.filters["unit_value"] = unit_value
-    env.filters["supervisor_value"] = supervisor_value
-    env.filters["supervisor_command"] = supervisor_command
-    env.filters["caddy_text"] = caddy_text
-    env.filters["caddy_path"] = caddy_path
-    return env
-
-
-def caddy_path(value: str) -> str:
-    """A file path in a Caddyfile (a replica's pinned CA): refused unless it is one token of
-    letters, digits and ``_./-``, which Caddy reads as it is."""
-    if not re.fullmatch(r"/[A-Za-z0-9_./-]+", str(value)):
-        raise ValueError(f"{str(value)!r} cannot be written in a Caddyfile: use a volume path of letters, digits, _./-")
-    return str(value)
-
-
-def caddy_text(value: str) -> str:
-    """A name inside a Caddyfile string (a host name in an error message): letters, digits and
-    ``_.-`` only, the rest made ``-``, so it can neither end the string nor be a ``{placeholder}``."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "-", str(value)) or "-"
-
-
-def env_name(value: str) -> str:
-    """A variable name for ``export NAME=...``: it cannot be quoted, so anything else is refused."""
-    if not _ENV_NAME.fullmatch(str(value)):
-        raise ValueError(f"{str(value)!r} is not a shell variable name: use letters, digits and _")
-    return str(value)
-
-
-def comment_text(value: str) -> str:
-    """Text for a ``#`` comment (shell or unit): one line, control characters made spaces."""
-    return _CONTROL.sub(" ", str(value))
-
-
-def systemd_quote(value: str, program: bool = False) -> str:
-    """One word of a systemd command line (``ExecStart=``): double-quoted, with systemd's own
-    expansions escaped (``%`` specifiers everywhere, ``$`` variables in the arguments only:
-    systemd does not expand them in the program's path), and control characters written as
-    C escapes (``\\x0a``, which systemd turns back into the character), so it reaches the
-    program unchanged and stays on its line."""
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
-    text = text if program else text.replace("$", "$$")
-    return '"' + _CONTROL.sub(lambda match: f"\\x{ord(match[0]):02x}", text) + '"'
-
-
-def unit_text(value: str) -> str:
-    """Free text for a unit field such as ``Description=``: ``%`` escaped, control characters
-    made spaces, and no trailing backslash (which would join the next line to this one)."""
-    return comment_text(value).replace("%", "%%").rstrip("\\")
-
-
-def unit_value(value: str) -> str:
-    """A unit field value with no escapes of its own (``User=``, ``Group=``, ``append:PATH``):
-    ``%`` escaped; a control character or a trailing backslash cannot be written on the line
-    and is refused (settings and the host's ``id`` never give one)."""
-    text = str(value)
-    if _CONTROL.search(text) or text.endswith("\\"):
-        raise ValueError(f"{text!r} cannot be written in a systemd unit: it holds a line break or ends in \\")
-    return text.replace("%", "%%")
-
-
-def supervisor_value(value: str) -> str:
-    """A supervisord.conf value: ``%`` escaped; refused when it cannot stand on one line as it is."""
-    text = str(value)
-    if _CONTROL.search(text) or text != text.strip() or " ;" in text or " #" in text:
-        raise ValueError(
-            f"{text!r} cannot be written in supervisord.conf: a line break, surrounding space, ' ;' or ' #'"
-        )
-    return text.replace("%", "%%")
-
-
-def supervisor_command(argv: list[str] | str) -> str:
-    """A supervisord ``command=``: each word shell-quoted (supervisord splits it with shlex), ``%`` escaped."""
-    words = [argv] if isinstance(argv, str) else list(argv)
-    return supervisor_value(" ".join(shlex.quote(str(word)) for word in words))
-
-
-@dataclass(frozen=True)
-class EdgeSites:
-    """What the Caddyfile serves: its site addresses, the addresses it binds, the name a client
-    without SNI gets a certificate for, and the TLS mode (``internal``, ``acme`` or ``off``)."""
-
-    sites: tuple[str, ...]
-    bind: tuple[str, ...]
-    default_sni: str | None
-    tls: str
-
-
-def edge_problems(way: WayIn) -> list[str]:
-    """Why the edge cannot serve a certificate a client would accept at its address (an address
-    that is neither an IP address nor a DNS name, e.g. ``my_box``): said before anything changes."""
-    if way.tls in ("internal", "acme") and way.address and host_address(way.address) is None:
-        return [
-            f"clients reach this host as {way.address!r}, which a TLS certificate cannot name (it is neither "
-            "an IP address nor a DNS name): set ssh_hostname to its address, or podkit_endpoint_url, or "
-            "podkit_tls = 'off' behind a proxy of your own"
-        ]
-    return []
-
-
-def edge_sites(settings: Settings, way: WayIn) -> EdgeSites:
-    """The edge's sites for a host reached ``way``: plain HTTP on the port for any name when TLS
-    is off; with TLS, a certificate for each name a client may use (the way's address, the
-    domain, and loopback for ``podkit tunnel`` and the host's own checks)."""
-    port = settings.edge_port
-    bind = () if settings.public else ("127.0.0.1",)
-    if way.tls == "off":
-        return EdgeSites((f"http://:{port}",), bind, None, "off")
-    names: list[str] = []
-    for name in (settings.domain, way.address, "127.0.0.1", "localhost"):
-        checked = host_address(name) if name else None
-        if checked and checked not in names:
-            names.append(checked)
-    sites = tuple(f"https://[{n}]:{port}" if ":" in n else f"https://{n}:{port}" for n in names)
-    # a client that connects by IP sends no SNI: it gets the certificate of the name it used
-    sni = next((n for n in names if n not in ("localhost",)), None)
-    return EdgeSites(sites, bind, sni, way.tls)
 
 
 def serve_argv(settings: Settings, vllm_bin: str, launch: HostPlan, cluster: Cluster | None = None) -> list[str]:
@@ -257,7 +102,7 @@ class _Renderer:
 
     def __init__(self, settings: Settings, templates: Path) -> None:
         self.settings, self.paths = settings, settings.paths
-        self.env = _environment(templates)
+        self.env = environment(templates)
         self.bin = f"{self.paths.venv}/bin"
 
     def file(self, path: str, template: str, mode: str, **values) -> RenderedFile:
@@ -480,8 +325,8 @@ def server_env(settings: Settings, cluster: Cluster | None = None) -> dict[str, 
 
 
 def idle_source() -> str:
-    """The idle watcher's program, as it runs on the host (``podkit/remote/idle.py``)."""
-    return resources.files("podkit.remote").joinpath("idle.py").read_text()
+    """The idle watcher's program, as it runs on the host: one file put together from ``podkit/remote/idle/``."""
+    return program("podkit.remote.idle")
 
 
 def idle_config(settings: Settings, host_name: str, pod_id: str | None, follow: dict | None = None) -> str:
@@ -516,7 +361,7 @@ IDLE_SETTINGS = {"idle_seconds": "podkit_idle_stop_minutes", "usd_per_hour": "po
 def idle_config_problems(settings: Settings, host_name: str, pod_id: str | None) -> list[str]:
     """The deploy writes no idle.json its watcher would refuse (it would leave the watcher FATAL,
     so nothing stops the host when idle): the watcher's own check, run on the rendered config."""
-    from podkit.remote.idle import config_problem
+    from podkit.remote.idle.config import config_problem
 
     problem = config_problem(json.loads(idle_config(settings, host_name, pod_id)))
     if problem is None:
@@ -532,22 +377,6 @@ IDLE_POLL_SECONDS = 5
 
 # A program that exits sooner than this after its start counts as a failed start (retried with back-off).
 START_SECONDS = 10
-
-
-def hop_upstream(replica: Replica) -> str:
-    """Where the router host's edge forwards replica ``replica``'s hop: its base URL, with a host
-    that is an IP address or a DNS name (checked, so a datum cannot add a directive)."""
-    scheme, _, rest = replica.way.base_url.partition("://")
-    authority = rest.split("/", 1)[0]
-    if "/" in rest.strip("/"):
-        raise ValueError(
-            f"replica {replica.name}: its URL {replica.way.base_url} has a path, which the router's edge cannot "
-            "forward to: give it a base URL of scheme, host and port"
-        )
-    host, _, port = authority.rpartition(":") if authority.count(":") == 1 or "]" in authority else (authority, "", "")
-    if host_address(host or authority) is None or (port and not port.isdigit()) or scheme not in ("http", "https"):
-        raise ValueError(f"replica {replica.name}: {replica.way.base_url} is not an http(s) URL of a host and port")
-    return f"{scheme}://{authority}"
 
 
 def router_files(

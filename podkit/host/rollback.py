@@ -11,7 +11,8 @@ why: the endpoint comes back without a second apply.
 Not for a cluster's nodes (their ranks restart together: the cluster converges as a whole or not at
 all), nor when vLLM itself is reinstalled in the same run (the old files would start the new vLLM).
 
-Pure: the deploy gives it the probe's snapshot; the copies' sums come in that same probe.
+Pure: the deploy gives it the probe's snapshot; the copies' sums come in that same probe (which
+files are kept, and where their copies lie, is :mod:`podkit.host.programs`).
 """
 
 from __future__ import annotations
@@ -19,29 +20,12 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any
 
+from podkit.host.probe import server_config
+from podkit.host.programs import copy_of, kept_files
 from podkit.settings import Settings
 
-if TYPE_CHECKING:  # the probe sums the copies (it imports this module)
-    from podkit.host.probe import HostState
-
-SUFFIX = ".served"
-
-
-def kept_files(settings: Settings) -> list[str]:
-    """What a server starts from and a failed start puts back: the launch script (the argv, the
-    generation config), the env file and the plan podkit status compares the start with. The key is
-    not among them: the controller's key is the source, and the launch script reads it at start."""
-    paths = settings.paths
-    return [paths.launch_script, paths.env_file, paths.plan_file]
-
-
-def copy_of(path: str) -> str:
-    return path + SUFFIX
-
-
-def copies(settings: Settings) -> list[str]:
-    """The copies' paths (the probe sums them, so keeping them costs no read)."""
-    return [copy_of(path) for path in kept_files(settings)]
+if TYPE_CHECKING:
+    from podkit.host.hoststate import HostState
 
 
 def restorable(settings: Settings, pod: HostState, *, restart_due: bool, reinstall: bool, cluster: bool) -> bool:
@@ -79,8 +63,6 @@ def keep_command(paths: list[str]) -> str:
 def restore_config(settings: Settings, pod: HostState, tls: bool = False) -> dict[str, Any]:
     """What ``podctl restore`` needs: each copy and the file it goes back to (those the probe saw,
     as they are then the copies), the supervisor's config, and how to restart vLLM."""
-    from podkit.host.probe import server_config
-
     return {
         **server_config(settings, tls=tls),
         "pairs": [[copy_of(path), path] for path in kept_files(settings) if pod.files.get(path) is not None],

@@ -3,7 +3,7 @@
 The router takes vLLM's place on the router host: it listens on ``127.0.0.1:vllm_port`` behind
 the same edge a replica has (the key checked, only the OpenAI API and ``/health`` let through,
 TLS or RunPod's proxy on the way in). Its workers are the hosts of the inventory group
-``podkit_router_group``, reached the way a client reaches them (:func:`podkit.client.targets.way_in`:
+``podkit_router_group``, reached the way a client reaches them (:func:`podkit.wayin.way_in`:
 their own edge, TLS verified against the CA certificate pinned when each was deployed, RunPod's
 proxy, or a URL of the user's own).
 
@@ -28,9 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from podkit.client.targets import WayIn, ca_path, way_in
 from podkit.host.probe import listener_holder
 from podkit.settings import Settings, SettingsError
+from podkit.wayin import WayIn, ca_path, way_in
 
 # How often the router asks each replica's /health, and after how many failures in a row it takes
 # a replica out (one success puts it back): a dead replica is out within about 10 s.

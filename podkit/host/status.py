@@ -10,13 +10,13 @@ still shows the right minutes. Pure: tests feed it recorded answers.
 
 from __future__ import annotations
 
-import json
 import math
 import posixpath
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from podkit.host.podctl import PodctlError, last_line, read_answer
 from podkit.host.probe import server_config
 from podkit.host.restarts import compare_lines, start_summary
 from podkit.host.startup import STARTUP_NEEDLES, calibration_record, compare, parse_startup, row_text
@@ -86,14 +86,11 @@ class HostStatus:
 def parse_status(output: str) -> dict[str, Any]:
     """``podctl status``'s JSON line (its last line), or {"error": ...}."""
     try:
-        data = json.loads(
-            output.strip().splitlines()[-1], parse_constant=_no_number, parse_float=_reading, parse_int=_reading
-        )
-    except (ValueError, IndexError):
-        return {"error": f"podctl status printed no JSON: {output.strip()[-200:]!r}"}
-    if not isinstance(data, dict) or data.get("podctl") != 1:
-        said = data.get("error") if isinstance(data, dict) else None
-        return {"error": said or f"podctl status answered something else: {output.strip()[-200:]!r}"}
+        data = read_answer("status", output, parse_constant=_no_number, parse_float=_reading, parse_int=_reading)
+    except PodctlError as exc:
+        return {"error": str(exc)}
+    if data.get("podctl") != 1:
+        return {"error": data.get("error") or f"podctl status answered something else: {last_line(output)}"}
     return data
 
 

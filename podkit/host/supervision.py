@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from podkit.host.probe import orphan_line
+from podkit.host.hoststate import orphan_line
 from podkit.text import clean
 
 #: a program that runs (supervisord's RUNNING, systemd's active), or is starting (a moment after a start)

@@ -78,7 +78,7 @@ def pod_host(
     """The SSH host for a RunPod pod (a ``get_pods()`` entry), or why it is left out.
     ``now`` (epoch seconds, default the clock) dates the container's start from ``uptimeSeconds``.
     RunPod's HTTP proxy address is not stored: the endpoint rule makes it from the pod id and
-    the served port (``podkit.client.targets``), so it follows ``vllm_port``."""
+    the served port (``podkit.wayin``), so it follows ``vllm_port``."""
     pod_id = str(pod.get("id") or "?")
     name = name or pod.get("name") or pod_id
     status = pod.get("desiredStatus")

@@ -158,3 +158,14 @@ def port_free(host: str, port: int) -> bool:
                 return False
             raise
         return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Return a TCP port on ``host`` that nothing listens on right now.
+
+    The kernel picks it (bind to port 0); another process may still take it
+    before the caller binds it, so callers should be ready to retry.
+    """
+    with socket.socket(family(host), socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]

@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 
 from podkit.sandbox import procs
+from podkit.sandbox.procs import free_port
 from podkit.sandbox.sshhost import SshHost
 
 __all__ = ["SshHost", "PrivateSshd", "SshdError", "free_port"]
@@ -62,17 +63,6 @@ class SshdError(RuntimeError):
     The message includes the relevant sshd output (``sshd -t`` errors or the
     tail of the server log).
     """
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """Return a TCP port on ``host`` that nothing listens on right now.
-
-    The kernel picks it (bind to port 0); another process may still take it
-    before the caller binds it, so callers should be ready to retry.
-    """
-    with socket.socket(procs.family(host), socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 class PrivateSshd:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from podkit.client.targets import way_in
+from podkit.host.hostplan import HostPlan
 from podkit.host.render import host_files, serve_argv
 from podkit.paths import EDGE_UNIT_PATH, UNIT_PATH
-from podkit.plan.hostplan import HostPlan
 from podkit.settings import KEYS, PackageSpec, Settings
+from podkit.wayin import way_in
 from podkit_cli.hosts import load_hosts
 from tests.helpers import ROOT, sample_data
 from tests.helpers import gpu_host as host

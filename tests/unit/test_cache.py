@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from podkit.host.probe import podctl_command
+from podkit.host.podctl import podctl_command
 
 pytestmark = pytest.mark.proc  # starts real processes (see pytest.ini)
 

@@ -8,7 +8,7 @@ import pytest
 
 from podkit.checks import SettingsError
 from podkit.host.cluster import Member, cluster_of
-from podkit.host.probe import Gpu
+from podkit.host.hoststate import Gpu
 from tests.helpers import gpu_host, settings
 
 HEAD, FOLLOWER = "10.65.0.1", "10.65.0.2"
@@ -183,8 +183,21 @@ def test_a_node_not_running_its_current_files_restarts_the_others():
     assert cluster_of("b", [a, b]).peers_due() == ["a"]
 
 
+def test_each_nodes_vllm_is_chosen_once_for_the_checks_the_restarts_and_the_deploy(monkeypatch):
+    from podkit.host import cluster as module
+
+    chosen = []
+    real = module.choose_vllm
+    monkeypatch.setattr(module, "choose_vllm", lambda s, pod: chosen.append(pod) or real(s, pod))
+    members = pair()
+    found = cluster_of("a", members)
+    found.peers_due()
+    assert found.me.vllm == real(members[0].settings, members[0].pod)  # what the deploy installs and plans with
+    assert len(chosen) == len(members), "one choice per node, however many readers"
+
+
 def test_a_cluster_node_runs_only_what_its_rank_needs():
-    from podkit.host.probe import FOLLOWER_PROGRAMS, PROGRAMS, programs_for
+    from podkit.host.programs import FOLLOWER_PROGRAMS, PROGRAMS, programs_for
 
     assert programs_for(settings(), follower=True) == FOLLOWER_PROGRAMS == ("vllm", "idle")
     assert programs_for(settings()) == PROGRAMS
@@ -211,9 +224,9 @@ def test_a_gpu_mismatch_names_both():
 
 
 def test_a_ranks_vllm_is_left_down_when_it_exits_and_a_servers_is_restarted():
-    from podkit.client.targets import way_in
+    from podkit.host.hostplan import HostPlan
     from podkit.host.render import host_files
-    from podkit.plan.hostplan import HostPlan
+    from podkit.wayin import way_in
 
     def conf(cluster):
         chosen = settings(vllm_model="/models/tiny")
@@ -253,7 +266,8 @@ def test_the_probe_reads_runpods_cluster_variables_and_the_way_to_the_head(tmp_p
     import os
     import subprocess
 
-    from podkit.host.probe import parse_probe, podctl_command, probe_config
+    from podkit.host.podctl import podctl_command
+    from podkit.host.probe import parse_probe, probe_config
 
     chosen = settings(podkit_volume=str(tmp_path / "vol"), podkit_cluster="big", vllm_port=1, podkit_edge_port=2)
     env = {**os.environ, "PRIMARY_ADDR": "127.0.0.1", "NODE_RANK": "0", "NUM_NODES": "2"}

@@ -40,7 +40,7 @@ from podkit.client.connect import (
     through_tunnel,
     warnings,
 )
-from podkit.client.targets import RUNPOD_PROXY_NOTE, record_role, role_path, way_in
+from podkit.wayin import RUNPOD_PROXY_NOTE, record_role, role_path, way_in
 from tests import helpers
 from tests.helpers import bash_env as _bash_env
 from tests.helpers import one_error_line, podkit

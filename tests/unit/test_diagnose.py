@@ -68,7 +68,7 @@ def as_launch_sh_writes_it(text: str) -> str:
 
 def test_a_failure_before_the_last_start_of_launch_sh_is_not_blamed():
     from podkit.host.diagnose import START_MARKERS
-    from podkit.remote import podctl
+    from tests.helpers import podctl
 
     assert START_MARKERS == podctl.START_MARKERS
     current = as_launch_sh_writes_it((LOGS / "earlier_start_failed_current_starting.log").read_text())
@@ -78,7 +78,7 @@ def test_a_failure_before_the_last_start_of_launch_sh_is_not_blamed():
 
 
 def test_launch_sh_writes_the_start_line_podctl_looks_for():
-    from podkit.remote import podctl
+    from tests.helpers import podctl
 
     launch = (Path(__file__).resolve().parents[2] / "templates" / "launch.sh.j2").read_text()
     assert f" {podctl.START_MARKERS[0]} (local time " in launch  # the host's UTC offset follows
@@ -147,7 +147,7 @@ def test_a_starting_server_is_waited_for_despite_exits_left_from_earlier_starts(
     import time
 
     from podkit.host.readiness import WaitResult
-    from podkit.remote import podctl
+    from tests.helpers import podctl
 
     cfg = readiness_cfg(port=1, crashes=5, server_alive=True)
     began = time.monotonic()
@@ -162,7 +162,7 @@ def test_a_starting_server_is_waited_for_despite_exits_left_from_earlier_starts(
 @pytest.mark.proc
 def test_with_no_server_running_the_exit_count_ends_the_wait(readiness_cfg):
     from podkit.host.readiness import WaitResult
-    from podkit.remote import podctl
+    from tests.helpers import podctl
 
     result = WaitResult.parse(json.dumps(podctl.wait(readiness_cfg(port=1, crashes=5, server_alive=False))))
     assert result.hopeless and "vLLM exited 5 times" in result.failure(_settings(), 30)
@@ -174,7 +174,7 @@ def test_a_server_that_answers_is_ready_whatever_the_count_and_the_log_say(readi
     import threading
 
     from podkit.host.readiness import WaitResult
-    from podkit.remote import podctl
+    from tests.helpers import podctl
 
     class Answer(http.server.BaseHTTPRequestHandler):
         def do_GET(self):

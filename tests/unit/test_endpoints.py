@@ -3,18 +3,9 @@ entry; the sites the Caddyfile serves for each; the edge CA pinned on the contro
 
 import pytest
 
-from podkit.client.targets import (
-    WayIn,
-    ca_path,
-    cost_per_hour,
-    each_host,
-    endpoint_url,
-    host_address,
-    is_loopback,
-    pin_ca,
-    way_in,
-)
-from podkit.host.render import EdgeSites, edge_problems, edge_sites
+from podkit.client.targets import cost_per_hour, each_host
+from podkit.host.edge import EdgeSites, edge_problems, edge_sites
+from podkit.wayin import WayIn, ca_path, endpoint_url, host_address, is_loopback, pin_ca, way_in
 from tests.helpers import settings
 
 POD = {"runpod_pod_id": "abc123", "runpod_public_ip": "203.0.113.7", "runpod_tcp_ports": {"22": 40122}}

@@ -4,9 +4,9 @@ import dataclasses
 
 import pytest
 
-from podkit.host.probe import VllmInstall
+from podkit.host.hostplan import stage_line
+from podkit.host.hoststate import VllmInstall
 from podkit.plan import checkpoints
-from podkit.plan.hostplan import stage_line
 from testing.hub_repos import CONFIG, repo_files, write_repo
 from tests.helpers import HUB_TOKEN as TOKEN
 from tests.helpers import gpu_host as host

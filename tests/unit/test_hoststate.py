@@ -1,4 +1,4 @@
-"""The probe: podctl.py run for real against folders shaped like a host, then parsed."""
+"""The probe: podctl run for real against folders shaped like a host, then parsed."""
 
 import dataclasses
 import json
@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from podkit.host.hoststate import HostState, parse_nvidia_smi
+from podkit.host.podctl import podctl_command
 from podkit.host.preflight import choose_vllm, host_problems
-from podkit.host.probe import HostState, ProbeError, parse_nvidia_smi, parse_probe, podctl_command, probe_config
+from podkit.host.probe import ProbeError, parse_probe, probe_config
 from podkit.paths import EDGE_UNIT_PATH, UNIT_PATH
 from podkit.settings import PackageSpec, Settings
 from tests.helpers import pid_line, sample_data, settings_for, stand_in_supervisord, zombie
@@ -432,7 +434,7 @@ SYSTEMCTL_SHOW = {
 @pytest.fixture
 def systemd_host(tmp_path, monkeypatch):
     """podctl run in this process as on a host where systemd runs, with ``systemctl show`` answering ``state``."""
-    from podkit.remote import podctl
+    from tests.helpers import podctl
 
     running = tmp_path / "run-systemd-system"
     running.mkdir()
@@ -463,7 +465,7 @@ def test_systemd_unit_state_and_what_readiness_sees(
 ):
     """Under systemd the units' states are the programs', and the launch script's pid file and exit
     count are read as under supervisord (launch.sh writes them whichever supervisor starts it)."""
-    from podkit.host.probe import Unit
+    from podkit.host.hoststate import Unit
     from podkit.host.readiness import WaitResult
 
     podctl = systemd_host(state)
@@ -528,7 +530,7 @@ def test_probe_on_a_systemd_host_reads_the_units_in_the_same_command(systemd_hos
 
 @pytest.mark.proc
 def test_systemd_problems(tmp_path):
-    from podkit.host.probe import Unit
+    from podkit.host.hoststate import Unit
 
     here = probe(settings_for(tmp_path))  # this machine: no systemd running
     wants = settings_for(tmp_path, podkit_supervisor="systemd")
@@ -718,7 +720,7 @@ def test_an_engine_whose_server_was_killed_is_an_orphan_and_reap_stops_it(tmp_pa
     import signal
     import time
 
-    from podkit.host.probe import orphan_line
+    from podkit.host.hoststate import orphan_line
 
     settings = settings_for(tmp_path)
     run = Path(settings.paths.run)
@@ -885,7 +887,7 @@ def test_programs_a_dead_supervisord_left_are_strays_with_their_children_and_rea
     import signal
     import time
 
-    from podkit.host.probe import orphan_line
+    from podkit.host.hoststate import orphan_line
 
     settings = settings_for(tmp_path)
     paths = settings.paths

@@ -144,7 +144,7 @@ def test_status_through_the_cli_prints_no_escape_and_its_json_is_valid(monkeypat
 DOWN = {
     "a hostile answer": (json.dumps({"ok": True, "done": f"stopped vLLM{CLIPBOARD}"}), "stopped vLLM; start it", 0),
     "a hostile error": (json.dumps({"ok": False, "error": f"{CLEAR}busy"}), "cannot stop the server: busy", 1),
-    "JSON that is not an object": ("[1, 2]", "podctl answered something else: [1, 2]", 1),
+    "JSON that is not an object": ("[1, 2]", "podctl down answered something else: [1, 2]", 1),
     "an object without done": ('{"ok": true}', "box-1: None; start it", 0),
     "a traceback on stdout": (f"Traceback\x1b[2J\nKeyError: {TITLE_ST}'x'", "KeyError: 'x'", 1),
 }
@@ -172,7 +172,7 @@ CACHE = {
         ),
         ["Qwen/x", "/w/p"],
     ),
-    "a listing that is not JSON": (f"oops{CLEAR}", ["podctl cache answered something else: 'oops"]),
+    "a listing that is not JSON": (f"oops{CLEAR}", ["podctl cache printed no JSON: oops"]),
     "a listing of the wrong shape": ('{"repos": [1]}', ["podctl cache answered something else"]),
 }
 

@@ -1,4 +1,4 @@
-"""The idle watcher (podkit/remote/idle.py): vLLM's counters as the CPU build prints them, the idle
+"""The idle watcher (podkit/remote/idle/, as the host runs it): vLLM's counters as the CPU build prints them, the idle
 clock through a day of requests, and the two stops it makes: the pod through the stand-in
 runpodctl against the RunPod replay (with the pod's own key, from its container environment), and
 the server through the real supervisord."""
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from podkit.remote import idle
 from testing.netpods import DEFAULT_PATH, STANDINS
 from testing.runpod_api import RunPodReplay, running_pod
+from tests.helpers import idle
 from tests.unit import test_supervision
 
 pod = test_supervision.pod  # the fixture: a volume laid out by the deploy, run by the real supervisord

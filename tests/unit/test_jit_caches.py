@@ -43,10 +43,10 @@ def test_every_cache_variable_of_the_build_points_at_the_volume(fixture):
 
 
 def test_the_env_file_exports_each_of_them(tmp_path):
-    from podkit.host.render import _environment
+    from podkit.host.filters import environment
 
     env = Paths(VOLUME).cache_env()
-    text = _environment(PROJECT_ROOT / "templates").get_template("env.sh.j2").render(env=env)
+    text = environment(PROJECT_ROOT / "templates").get_template("env.sh.j2").render(env=env)
     exported = dict(re.findall(r"^export ([A-Z_0-9]+)=(.*)$", text, re.M))
     for fixture in BUILDS:
         for name in cache_variables(fixture):

@@ -205,8 +205,8 @@ def _deploy(measure=True, gpus=(), server_pid=None, measured=None, fetched=False
     from types import SimpleNamespace
 
     from podkit.host.fetch import FetchSpec
-    from podkit.host.probe import Gpu
-    from podkit.plan.hostplan import HostPlan
+    from podkit.host.hostplan import HostPlan
+    from podkit.host.hoststate import Gpu
     from podkit.settings import Settings, defaults
 
     settings = Settings.from_mapping(

@@ -22,7 +22,7 @@ from pyinfra.context import ctx_host, ctx_state
 
 from operations import checkpoint, interrupt, preflight, rollback, supervisor, vllm, volume
 from podkit.host.fetch import FetchSpec
-from podkit.host.probe import VllmInstall
+from podkit.host.hoststate import VllmInstall
 from podkit.paths import Paths
 from podkit.settings import PackageSpec, Settings
 from tests.helpers import sample_data
@@ -204,4 +204,8 @@ def test_the_deploy_installs_the_interrupt_handler_before_reading_the_host():
     from tests.helpers import ROOT
 
     source = (ROOT / "deploy.py").read_text()
-    assert 0 <= source.index("interrupt.exit_nonzero_on_interrupt()") < source.index("pod = facts.pod_state(")
+    handler = source.index("interrupt.exit_nonzero_on_interrupt()")
+    assert 0 <= handler < source.index("turn.converge()") and handler < source.index("turn.read()")
+    for role in ("server", "router"):  # and each role's path reads the host first
+        steps = (ROOT / "roles" / f"{role}.py").read_text()
+        assert steps.index("facts.pod_state(") < steps.index("preflight.checks(")

@@ -11,8 +11,8 @@ import pytest
 
 from podkit import PROJECT_ROOT
 from podkit.checks import PackageSpec
-from podkit.client.targets import way_in
-from podkit.host.probe import Gpu
+from podkit.host.hostplan import HostPlan
+from podkit.host.hoststate import Gpu
 from podkit.host.profile import (
     STARTUP_PLAN_ENV,
     device_of,
@@ -24,7 +24,7 @@ from podkit.host.profile import (
     sized_by_settings,
 )
 from podkit.host.render import host_files
-from podkit.plan.hostplan import HostPlan
+from podkit.wayin import way_in
 from tests.helpers import settings_for
 
 FIXTURES = PROJECT_ROOT / "tests" / "fixtures"

@@ -8,13 +8,14 @@ import shlex
 
 import pytest
 
-from podkit.client.targets import way_in
 from podkit.host.cluster import cluster_of
 from podkit.host.launchcheck import CHECK_TIMEOUT, CheckResult, check_command, refusal, serve_arguments
-from podkit.host.probe import managed_files, probe_config
-from podkit.host.rollback import copies, copy_of, kept_files, restore_config, to_keep
+from podkit.host.probe import probe_config
+from podkit.host.programs import copies, copy_of, kept_files, managed_files
 from podkit.host.rollback import restorable as rollback_due
+from podkit.host.rollback import restore_config, to_keep
 from podkit.host.router import replicas_of, self_problems
+from podkit.wayin import way_in
 from tests.helpers import default_data, settings
 from tests.helpers import gpu_host as host
 from tests.helpers import host_plan as plan

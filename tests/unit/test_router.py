@@ -3,9 +3,9 @@
 import pytest
 
 from podkit.checks import SettingsError
-from podkit.client.targets import way_in
 from podkit.host.render import router_files
 from podkit.host.router import replicas_of, router_argv, router_problems
+from podkit.wayin import way_in
 from tests.helpers import default_data, settings
 
 ROUTER = {"podkit_role": "router", "podkit_router_group": "replicas", "vllm_served_model_name": "coder"}

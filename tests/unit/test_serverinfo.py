@@ -43,7 +43,14 @@ ARGS = [SNAP, "--served-model-name", "Qwen2.5-Coder-7B-Instruct", "--tool-call-p
             False,
             "no vLLM server runs under supervisord on this host",
         ),
-        ({"podctl": 0, "error": "python3 not found on PATH"}, None, None, False, "python3 not found on PATH"),
+        (
+            {"podctl": 0, "error": "python3 not found on PATH"},
+            None,
+            None,
+            False,
+            "python3 not found on PATH: podkit needs python3 on the host (Debian/Ubuntu: apt-get install -y "
+            "python3 python3-venv)",
+        ),
     ],
 )
 def test_parse_describe(answer, model, revision, running, error):
@@ -68,7 +75,7 @@ def started_server(*argv):
     import sys
     import time
 
-    from podkit.remote import podctl
+    from tests.helpers import podctl
 
     server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "serve", *argv])
     for _ in range(100):  # the child's argv is in /proc once it has exec'd
@@ -84,8 +91,7 @@ def started_server(*argv):
 def test_describe_finds_the_server_launch_sh_recorded_under_either_supervisor(tmp_path, monkeypatch, supervisor):
     """launch.sh writes vllm.pid whichever supervisor starts it; under systemd the unit's MainPID is
     launch.sh itself, not vLLM, and is not taken for the server."""
-    from podkit.remote import podctl
-    from tests.helpers import pid_line
+    from tests.helpers import pid_line, podctl
 
     server = started_server("/models/mine", "--port", "8001")
     launch_sh = started_server("/not/the/server")  # what the unit's MainPID names
@@ -121,7 +127,7 @@ def test_describe_reads_the_generation_config_and_scans_for_the_key_only_when_as
     import sys
     import time
 
-    from podkit.remote import podctl
+    from tests.helpers import podctl
 
     model = tmp_path / "model"
     model.mkdir()
@@ -160,7 +166,7 @@ def podctl_run(action, cfg):
     """``podctl ACTION`` as a host runs it: the same shell command, python3 from PATH."""
     import subprocess
 
-    from podkit.host.probe import podctl_command
+    from podkit.host.podctl import podctl_command
 
     out = subprocess.run(["sh", "-c", podctl_command(action, cfg)], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -205,7 +211,7 @@ def describe_cfg(tmp_path, port, **extra):
 @pytest.mark.proc
 def test_podctl_names_a_stranger_on_the_port_and_knows_podkits_server(tmp_path, http_server):
     from podkit.client.serverinfo import key_refusal
-    from podkit.remote import podctl
+    from tests.helpers import podctl
 
     shell, server, port = http_server
     stranger = podctl_run("describe", describe_cfg(tmp_path, port))["listener"]
@@ -247,7 +253,7 @@ def test_describe_says_where_vllm_listens_and_which_routes_it_serves(tmp_path, h
     import http.server
     import threading
 
-    from podkit.remote import podctl
+    from tests.helpers import podctl
 
     shell, _, port = http_server
     assert podctl.listen_addresses(shell.pid) == [{"address": "127.0.0.1", "port": port}]

@@ -425,15 +425,15 @@ PARSED = {
         '{"ok": false, "error": "no such file: /workspace/.podkit"}',
         {"error": "no such file: /workspace/.podkit"},
     ),
-    "nothing": ("", {"error": "podctl status printed no JSON: ''"}),
+    "nothing": ("", {"error": "podctl status printed nothing"}),
     "a traceback's last line": (
         "Traceback (most recent call last):\nKeyError: 'idle_state'",
-        {"error": "podctl status printed no JSON: \"Traceback (most recent call last):\\nKeyError: 'idle_state'\""},
+        {"error": "podctl status printed no JSON: KeyError: 'idle_state'"},
     ),
-    "JSON that is not an object": ("[1, 2]", {"error": "podctl status answered something else: '[1, 2]'"}),
+    "JSON that is not an object": ("[1, 2]", {"error": "podctl status answered something else: [1, 2]"}),
     "an object podctl did not write": (
         '{"ok": true}',
-        {"error": "podctl status answered something else: '{\"ok\": true}'"},
+        {"error": 'podctl status answered something else: {"ok": true}'},
     ),
 }
 

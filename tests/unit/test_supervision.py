@@ -24,17 +24,17 @@ from pathlib import Path
 
 import pytest
 
-from podkit.client.targets import way_in
 from podkit.host import render
 from podkit.host.diagnose import diagnose
-from podkit.host.probe import parse_probe, podctl_command, probe_config, server_config
+from podkit.host.hostplan import HostPlan
+from podkit.host.podctl import podctl_command
+from podkit.host.probe import parse_probe, probe_config, server_config
 from podkit.host.readiness import WaitResult, wait_config
 from podkit.host.status import host_status, parse_status, status_config
 from podkit.host.supervision import status_problems
-from podkit.plan.hostplan import HostPlan
-from podkit.remote import podctl
 from podkit.settings import PackageSpec
-from tests.helpers import pid_line, settings_for, stand_in_supervisord, zombie
+from podkit.wayin import way_in
+from tests.helpers import pid_line, podctl, settings_for, stand_in_supervisord, zombie
 
 STAND_IN_VLLM = """#!/bin/sh
 # stand-in vLLM, started by launch.sh with the serve argv
@@ -686,4 +686,4 @@ def test_podkit_down_says_in_one_line_what_came_back_instead_of_an_answer():
     }
     assert parse_status_line("", "", 255) == {"ok": False, "error": "podctl down exited 255 without an answer"}
     assert parse_status_line('{"ok": true, "done": "stopped vLLM"}\n') == {"ok": True, "done": "stopped vLLM"}
-    assert parse_status_line("[1]\n")["error"] == "podctl answered something else: [1]"
+    assert parse_status_line("[1]\n")["error"] == "podctl down answered something else: [1]"

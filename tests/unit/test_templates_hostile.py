@@ -28,12 +28,12 @@ from pathlib import Path
 
 import pytest
 
-from podkit.client.targets import way_in
-from podkit.host.render import host_files, serve_argv, supervisor_command, supervisor_value
-from podkit.plan.hostplan import HostPlan
-from podkit.remote import podctl
+from podkit.host.filters import supervisor_command, supervisor_value
+from podkit.host.hostplan import HostPlan
+from podkit.host.render import host_files, serve_argv
 from podkit.settings import PackageSpec
-from tests.helpers import settings
+from podkit.wayin import way_in
+from tests.helpers import podctl, settings
 
 MARK = "PWNED"
 HOSTILE = [

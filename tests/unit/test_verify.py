@@ -20,7 +20,7 @@ from podkit.client import verify
 from podkit.client.outcome import Outcome, worst
 from podkit.client.serverinfo import ServerInfo
 from podkit.client.verify import WEATHER_TOOL, key_checks, schema_errors, silent_failure, wrong_parser
-from podkit.remote import podctl
+from tests.helpers import podctl
 
 SCHEMA = WEATHER_TOOL["function"]["parameters"]
 

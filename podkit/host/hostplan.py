@@ -1,11 +1,15 @@
-"""The deploy's preflight plan for one host: the same plan as ``cli.py plan``, from the host's facts.
+"""The deploy's preflight plan for one host: the same plan as ``podkit plan``, from the host's probe.
 
 It decides what the launch script serves (the FP8 sibling when the GPUs support
 it and ``podkit_prefer_fp8`` is set), the context length when
 ``vllm_max_model_len`` is ``auto``, the tensor-parallel size, and the parser
 flags when they are ``auto``; and it lists the problems that must stop the host
 before anything is downloaded or installed, each with its fix. Memory is planned
-with the overheads of the vLLM version the host will run.
+with the overheads of the vLLM version the host will run, which the deploy chose
+once (:func:`podkit.host.preflight.choose_vllm`) and passes in.
+
+It sits in ``host/`` because it reads a host's probe; the planning it calls
+(``podkit.plan``) takes plain values and imports nothing outside itself.
 
 What that vLLM would refuse at start is a problem here, before the running server
 is touched: a parser name its registry lacks (``podkit/plan/parsers.py``), a
@@ -20,8 +24,7 @@ from dataclasses import dataclass, field
 
 from podkit.checks import vllm_flag
 from podkit.host.fetch import FetchSpec
-from podkit.host.preflight import choose_vllm
-from podkit.host.probe import HostState
+from podkit.host.hoststate import HostState
 from podkit.plan.architecture import Architecture
 from podkit.plan.checkpoints import Checkpoint, ModelError, find_fp8_alternative, from_hub, from_probe, max_positions
 from podkit.plan.families import Family, UnknownFamily, family_for
@@ -121,16 +124,6 @@ def hardware_of(state: HostState, nodes: int = 1) -> Hardware | None:
     return Hardware(first.name, memory, len(state.gpus) * nodes, first.compute_capability or capability)
 
 
-def vllm_version_for(settings: Settings, state: HostState) -> str:
-    """The vLLM version this host will serve with: the pinned one for its kind (GPU or CPU build).
-
-    An install on the host counts only when it is that pin (:func:`choose_vllm`), so its
-    version and the pin's are the same; anything else is replaced by the pin.
-    """
-    package, _ = choose_vllm(settings, state)
-    return package.version
-
-
 def parser_problems(settings: Settings, launch: HostPlan, version: str) -> list[str]:
     """The parser names vLLM ``version`` lacks, each with the valid ones; none is checked when
     vllm_extra_args loads a parser plugin of that kind, whose names podkit cannot know."""
@@ -172,6 +165,7 @@ def plan_host(
     settings: Settings,
     state: HostState,
     *,
+    vllm_version: str,
     nodes: int = 1,
     prefer_fp8: bool = True,
     resolve: Callable[[str], Checkpoint] = from_hub,
@@ -179,7 +173,9 @@ def plan_host(
 ) -> HostPlan:
     """The plan for ``state``'s host, serving alone or as one of ``nodes`` alike nodes of a cluster:
     tensor parallel within a node (every GPU of the host unless vllm_tensor_parallel_size says),
-    pipeline parallel across the nodes (one stage each unless vllm_pipeline_parallel_size says)."""
+    pipeline parallel across the nodes (one stage each unless vllm_pipeline_parallel_size says).
+    ``vllm_version``: the vLLM the host will serve with (the pin for its kind, GPU or CPU build:
+    an install on the host counts only when it is that pin), whose parsers and overheads apply."""
     hardware = hardware_of(state, nodes)
     pipeline = settings.pipeline_parallel_size or nodes
     result = HostPlan(
@@ -225,9 +221,8 @@ def plan_host(
         if fam.extra_args and (fam.extra_args_when is None or fam.extra_args_when in checkpoint.files):
             result.extra_args = fam.extra_args
     # what the vLLM this host runs would refuse at start, before the running server is touched
-    version = vllm_version_for(settings, state)
-    result.problems += parser_problems(settings, result, version)
-    too_long = context_problem(settings, checkpoint, version)
+    result.problems += parser_problems(settings, result, vllm_version)
+    too_long = context_problem(settings, checkpoint, vllm_version)
     if too_long:
         result.problems.append(too_long)
 
@@ -255,7 +250,7 @@ def plan_host(
             disk_free_bytes=None if checkpoint.local else state.free_bytes,
             cached_bytes=state.hub_repos,
             family=family,
-            vllm_version=version,
+            vllm_version=vllm_version,
             pipeline_parallel_size=pipeline,
             max_num_seqs=int_flag(settings.extra_args, "--max-num-seqs"),
             max_num_batched_tokens=int_flag(settings.extra_args, "--max-num-batched-tokens"),

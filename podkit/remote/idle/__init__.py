@@ -1,0 +1,51 @@
+"""idle.py: podkit's idle watcher, run on the host by the same supervisor as vLLM.
+
+    python3 idle.py /workspace/podkit/bin/idle.json
+
+Every ``poll_seconds`` it reads vLLM's own counters over loopback (``/metrics``:
+requests running and waiting, requests finished, prompt and generated tokens)
+and keeps an idle clock: any request running or waiting, or any counter that
+moved since the last read, is activity. The clock runs only while vLLM answers
+(a server that is starting, loading a model or stopped is never idle), and
+starts again whenever the server comes (back) up.
+
+After ``idle_seconds`` of no activity (0: never; the clock is still kept, for
+``podkit status``) it reads the counters once more and, if nothing runs or
+waits, stops what costs money:
+
+- ``action = "runpod"``: the pod itself, with ``runpodctl stop pod <id>``. The
+  pod's id and its pod-scoped API key come from the container's environment
+  (PID 1's, as RunPod sets it; ``/etc/rp_environment`` as a fallback); the key
+  reaches runpodctl through its environment, never argv, and never the user's
+  account key, which is not on the pod.
+- ``action = "server"``: vLLM alone (bare metal), freeing the GPU, with
+  ``supervisorctl stop vllm`` or ``systemctl stop``. The edge keeps answering,
+  with a 503 that says how to start the server again.
+
+Before it stops anything it writes ``stopped_file`` (why and when), which the
+edge reads to say why it answers 503 and the launch script removes at the next
+start. Every read leaves ``state_file`` (JSON: in flight, last request, the
+deadline) for ``podkit status``; every decision is logged on stdout.
+
+``idle.py CONFIG.json --stop`` is the same stop on purpose for ``podkit down`` (bare metal):
+the marker, then the server, one JSON line out.
+
+On a cluster's follower (``follow``: the head's address and store port) there are no counters
+of its own to read: its vLLM runs headless for the head. It follows the head instead: once the
+head's port answered, the clock runs while it does not (a TCP connect every poll, nothing sent),
+and after ``idle_seconds`` (at most :data:`FOLLOW_GRACE_SECONDS`) the follower stops what costs
+money the same way. So the head's idle stop (or ``podkit down``) stops the whole cluster.
+
+Standard library only, any Python 3.8+; it never reads the API key.
+
+The parts, in the order they are put together into the one program the supervisor runs
+(``podkit.host.shipped.program``; each imports the standard library and the parts before it):
+
+    clock    vLLM's counters, what counts as activity, the idle clock (a follower's follows the head)
+    stops    what is stopped and how: the pod with its own key, or vLLM; the marker and the state file
+    config   the config checked at start, one line for what is wrong
+    watcher  the watcher's loop, and main (watch, or --stop)
+"""
+
+#: The parts, in the order they are put together.
+PARTS = ("clock", "stops", "config", "watcher")

@@ -1,0 +1,137 @@
+"""The watcher itself: every ``poll_seconds`` a read, the clock, and the stop when it runs out; and
+:func:`main` (watch, or ``--stop`` for ``podkit down``).
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+
+from podkit.remote.idle.clock import Clock, FollowClock, head_answers, read_counts
+from podkit.remote.idle.config import config_problem
+from podkit.remote.idle.stops import (
+    STOPPING_SECONDS,
+    log,
+    read_json,
+    stop_on_purpose,
+    stop_pod,
+    stop_server,
+    write_json,
+)
+
+
+class Watcher:
+    def __init__(self, cfg, read=None, clock=time.time, stop=None):
+        self.cfg = cfg
+        self.now = clock
+        follow = cfg.get("follow")
+        idle_seconds = float(cfg.get("idle_seconds") or 0)
+        if follow:
+            head = "%s:%s" % (follow.get("address"), follow.get("port"))
+            self.clock = FollowClock(idle_seconds, head)
+            self.source, self.read = head, read or (lambda _source: head_answers(follow))
+        else:
+            self.clock = Clock(idle_seconds)
+            self.source, self.read = cfg["metrics_url"], read or read_counts
+        self.stop = stop or (lambda: stop_pod(cfg) if cfg.get("action") == "runpod" else stop_server(cfg))
+        self.retry_at = 0.0
+        self.last_error = None
+        self.was_up = None
+        previous = read_json(cfg["state_file"]) or {}
+        self.clock.last_request_at = previous.get("last_request_at")  # survives a restart of the watcher
+
+    def state(self, now):
+        return {
+            "checked_at": now,
+            "server": "up" if self.clock.up() else "down",  # a follower's: its head's
+            "follows": self.source if self.cfg.get("follow") else None,
+            "in_flight": self.clock.in_flight(),
+            "finished": int((self.clock.counts or {}).get("finished", 0)),
+            "last_request_at": self.clock.last_request_at,
+            "idle_since": self.clock.idle_since,
+            "idle_stop_seconds": self.clock.idle_seconds,
+            "deadline": self.clock.deadline(),
+            "action": self.cfg.get("action"),
+            "usd_per_hour": self.cfg.get("usd_per_hour"),
+            "stopped": read_json(self.cfg["stopped_file"]),
+            "error": self.last_error,
+            "pid": os.getpid(),
+        }
+
+    def tick(self):
+        now = self.now()
+        due = self.clock.observe(now, self.read(self.source))
+        up = self.clock.up()
+        if up != self.was_up:
+            log(self.clock.said(up))
+            self.was_up = up
+        if due and now >= self.retry_at:
+            # read once more: a request that came in since the last read (or the head, back) keeps the host up
+            if self.clock.observe(self.now(), self.read(self.source)):
+                self.act(now)
+        write_json(self.cfg["state_file"], self.state(now))
+
+    def act(self, now):
+        why = self.clock.why()
+        ok, said = stop_on_purpose(self.cfg, "idle", why, self.stop, at=now)
+        if ok:
+            log("%s: %s" % (why, said))
+            self.last_error = None
+            # a pod takes a moment to go down, and answers meanwhile: do not ask again at once
+            self.retry_at = now + STOPPING_SECONDS
+            return
+        self.last_error = said
+        self.retry_at = now + float(self.cfg.get("retry_seconds") or 300)
+        log("%s, but could not stop: %s (trying again in %d s)" % (why, said, self.retry_at - now))
+
+    def run(self):
+        minutes = self.clock.idle_seconds / 60.0
+        what = "pod" if self.cfg.get("action") == "runpod" else "server"
+        if self.cfg.get("follow"):
+            plan = "stops the %s %g s after the head stops answering" % (what, self.clock.idle_seconds)
+        else:
+            plan = "stops the %s after %g idle min" % (what, minutes)
+        log(
+            "%s %s every %g s; %s"
+            % (
+                "following the head at" if self.cfg.get("follow") else "watching",
+                self.source,
+                float(self.cfg.get("poll_seconds") or 10),
+                plan
+                if minutes > 0
+                else "idle stop is off (podkit_idle_stop_minutes = 0): the clock is kept for podkit status",
+            )
+        )
+        while True:
+            self.tick()
+            time.sleep(float(self.cfg.get("poll_seconds") or 10))
+
+
+def main(argv):
+    """``idle.py CONFIG.json`` watches; ``idle.py CONFIG.json --stop`` stops the server now, as
+    ``podkit down`` asks (through ``podctl down``), and prints the outcome as one JSON line."""
+    if len(argv) not in (2, 3) or argv[2:] not in ([], ["--stop"]):
+        sys.stderr.write("usage: idle.py CONFIG.json [--stop]\n")
+        return 2
+    try:
+        with open(argv[1]) as handle:
+            cfg = json.load(handle)
+        problem = config_problem(cfg)
+    except (OSError, ValueError) as exc:
+        problem = "cannot read it (%s)" % (getattr(exc, "strerror", None) or exc)
+    if problem:
+        # one line in its log, and an exit supervisord counts as a failed start (FATAL after its retries)
+        log("%s: %s; re-apply (podkit up), which writes a valid one" % (argv[1], problem))
+        return 2
+    if argv[2:] == ["--stop"]:
+        ok, said = stop_on_purpose(cfg, "podkit down", "stopped with podkit down", lambda: stop_server(cfg))
+        sys.stdout.write(json.dumps({"ok": ok, "done" if ok else "error": said}) + "\n")
+        return 0 if ok else 1
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    Watcher(cfg).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
