@@ -153,7 +153,7 @@ def _check_launch(state, host, command: str, settings: Settings, argv: list[str]
 
 
 @operation(is_idempotent=False)
-def launch(command: str, due: bool, settings: Settings, argv: list[str], package: str):
+def launch(command: str, due: bool, settings: Settings, argv: list[str], package: str, accepted: bool = False):
     """
     Ensure the installed vLLM accepts the launch a restart would run, before the server restarts with it.
 
@@ -164,6 +164,8 @@ def launch(command: str, due: bool, settings: Settings, argv: list[str], package
 
     + command: the check's shell command (``podkit.host.launchcheck.check_command``)
     + due: a restart of vLLM is due in this run (nothing to check otherwise)
+    + accepted: the installed vLLM accepted this very launch before (the host's record of accepted
+      launches holds its digest), so it is not checked again
     + settings: the host's settings (to name the setting a refusal is about)
     + argv: the rendered ``vllm serve`` arguments
     + package: the vLLM this host runs, for the refusal's words
@@ -180,5 +182,8 @@ def launch(command: str, due: bool, settings: Settings, argv: list[str], package
     """
     if not due:
         host.noop("no restart is due: the running server's launch is unchanged")
+        return
+    if accepted:
+        host.noop(f"{package} accepted this very launch before (its record on the volume): not checked again")
         return
     yield FunctionCommand(_check_launch, (command, settings, list(argv), package), {})

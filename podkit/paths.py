@@ -79,6 +79,8 @@ class Paths:
     # and the last starts, each with its phases (podctl wait appends one when a start passes readiness)
     profile_record = property(lambda self: self._at("run", "profile"))
     starts_record = property(lambda self: self._at("run", "starts.jsonl"))
+    # the launches the installed vLLM accepted (one digest a line, podkit/host/launchcheck.py): not checked again
+    accepted_launches = property(lambda self: self._at("run", "launches.accepted"))
     # a router host: vLLM's router in vLLM's place, and each replica's edge CA certificate (public)
     router_script = property(lambda self: self._at("bin", "router.sh"))
     router_log = property(lambda self: self._at("logs", "router.log"))

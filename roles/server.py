@@ -17,7 +17,7 @@ from podkit.host.cluster import Cluster, Member, cluster_of
 from podkit.host.edge import edge_problems
 from podkit.host.hostplan import plan_host
 from podkit.host.hoststate import Unit
-from podkit.host.launchcheck import check_command, serve_arguments
+from podkit.host.launchcheck import check_command, launch_digest, serve_arguments
 from podkit.host.measure import deploy_step
 from podkit.host.preflight import host_problems
 from podkit.host.probe import server_config
@@ -227,10 +227,13 @@ class Server(Turn):
             or bool(cluster and cluster.peers_due())
         )
         serve = serve_arguments(serve_argv(settings, self.vllm_bin, self.launch, cluster))
+        env, generation = server_env(settings, cluster), settings.generation_config
+        digest = launch_digest(self.python, str(self.package), serve, env, generation)
         preflight.launch(
             name=f"Ensure the installed vLLM accepts the new launch of {self.served} before the server restarts",
-            command=check_command(self.python, serve, server_env(settings, cluster), settings.generation_config),
+            command=check_command(self.python, serve, env, generation, self.paths.accepted_launches, digest),
             due=self.restart_vllm,
+            accepted=digest in pod.accepted_launches and not self.installed.will_change,
             settings=settings,
             argv=serve,
             package=str(self.package),

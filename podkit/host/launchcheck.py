@@ -4,7 +4,8 @@ Before any restart of vLLM the deploy sends ``podkit/remote/vllmcheck.py`` to th
 interpreter that has the vLLM it will start, with the server's environment and the rendered
 ``vllm serve`` arguments: vLLM's own parser and config validation say whether the launch can start,
 so what podkit refuses follows the installed version, with no list of flags kept here. It costs
-vLLM's import (seconds), so it runs only when a restart is due: a converged re-apply pays nothing.
+vLLM's import (seconds), so it runs only when a restart is due: a converged re-apply pays nothing,
+and neither does a launch the same vLLM accepted before (the host keeps their digests).
 
 What is here is pure: the command, and the reading of its answer into one line that names the host's
 setting, vLLM's words and the fix.
@@ -12,6 +13,7 @@ setting, vLLM's words and the fix.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 from dataclasses import dataclass
@@ -44,13 +46,28 @@ def check_source() -> str:
     return resources.files("podkit.remote").joinpath("vllmcheck.py").read_text()
 
 
-def check_command(python: str, argv: list[str], env: dict[str, str], generation: dict[str, Any]) -> str:
+def launch_digest(python: str, package: str, argv: list[str], env: dict[str, str], generation: dict[str, Any]) -> str:
+    """What identifies a launch to check: the interpreter and the vLLM package that read it, the ``vllm
+    serve`` arguments, the server's environment and the sampling defaults. The same digest in the
+    host's record of accepted launches means this vLLM accepted this very launch before (the host's
+    settings went back to it), so it is not checked again."""
+    whole = {"python": python, "package": package, "argv": list(argv), "env": env, "generation": generation}
+    return hashlib.sha256(json.dumps(whole, sort_keys=True).encode()).hexdigest()
+
+
+def check_command(
+    python: str, argv: list[str], env: dict[str, str], generation: dict[str, Any], record: str = "", digest: str = ""
+) -> str:
     """One shell command: ``python`` (the one with vLLM) runs the check on the rendered ``vllm serve``
-    arguments (``argv`` after ``serve``), with the server's ``env``. No secret is in any of them."""
+    arguments (``argv`` after ``serve``), with the server's ``env``; a launch it accepts is added to
+    ``record`` as ``digest``. No secret is in any of them."""
     source = check_source()
     assert _HEREDOC not in source
-    cfg = json.dumps({"argv": list(argv), "env": env, "generation": generation}, sort_keys=True)
-    return f"timeout {CHECK_TIMEOUT} {shlex.quote(python)} - {shlex.quote(cfg)} <<'{_HEREDOC}'\n{source}\n{_HEREDOC}"
+    cfg = {"argv": list(argv), "env": env, "generation": generation}
+    if record and digest:
+        cfg.update(record=record, digest=digest)
+    quoted = shlex.quote(json.dumps(cfg, sort_keys=True))
+    return f"timeout {CHECK_TIMEOUT} {shlex.quote(python)} - {quoted} <<'{_HEREDOC}'\n{source}\n{_HEREDOC}"
 
 
 def serve_arguments(argv: list[str]) -> list[str]:

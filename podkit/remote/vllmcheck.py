@@ -14,7 +14,9 @@ the weights:
                 (what would answer every chat with a 400), and any key vLLM would ignore
 
 It prints one JSON line: ``{"ok": true, "version", "seconds"}``, or ``{"ok": false, "step",
-"error", "version"}`` with vLLM's own words. Never a secret: the key is not in its input.
+"error", "version"}`` with vLLM's own words. Never a secret: the key is not in its input. A launch it
+accepts is added to ``record`` (its ``digest``, one a line), which the probe reads: the deploy does
+not check that launch again.
 """
 
 import contextlib
@@ -170,11 +172,35 @@ def check(cfg):
     return {"ok": True, "version": version, "seconds": round(time.monotonic() - start, 2)}
 
 
+#: How many accepted launches the record keeps (the newest): enough for a host's settings to go back and forth.
+KEPT = 32
+
+
+def record(path, digest):
+    """Add ``digest`` (the launch vLLM just accepted) to the record at ``path``, newest last, written
+    whole and replaced in one step; a record that cannot be written only costs the next deploy a check."""
+    try:
+        with open(path) as handle:
+            kept = [line for line in handle.read().split() if line != digest]
+    except OSError:
+        kept = []
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    try:
+        with open(tmp, "w") as handle:
+            handle.write("\n".join((kept + [digest])[-KEPT:]) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
 def main(argv):
     cfg = json.loads(argv[1])
     real_stdout = sys.stdout
     with contextlib.redirect_stdout(sys.stderr):  # vLLM's logging and prints stay off the answer
         result = check(cfg)
+    if result["ok"] and cfg.get("record") and cfg.get("digest"):
+        record(cfg["record"], cfg["digest"])
     real_stdout.write(json.dumps(result, sort_keys=True) + "\n")
 
 

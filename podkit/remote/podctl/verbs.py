@@ -99,6 +99,8 @@ def probe(cfg):
         "checkpoint": recorded_checkpoint(cfg),
         # the last measured start (``podkit_plan_measure``): its key and outcome
         "measured": read_json_dict(cfg["measured"]) if cfg.get("measured") else None,
+        # the launches the installed vLLM accepted before: the deploy does not check them again
+        "accepted_launches": (read_text(cfg.get("accepted_launches") or "") or "").split(),
         "cache_problems": cache_problems(cfg.get("hub_cache")),
         "fetch_running": bool(fetch_running(cfg)),
         "hub_repos": repo_sizes(cfg.get("hub_cache")),
