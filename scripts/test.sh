@@ -18,23 +18,31 @@ if [ "$#" -gt 0 ]; then
     exec .venv/bin/python -m pytest "$@"
 fi
 
-# Every test: the fast layer (pure and proc) and the e2e layer side by side, in two pytest sessions.
-# A pytest session keeps one core busy, and the e2e layer spends much of its time waiting (on its
-# installs, on vLLM's starts, on the idle stop's seconds), so on two cores the fast layer costs the
-# whole run little. The fast layer's report is kept and printed after the e2e layer's; the command
-# fails if either layer does.
-fast_log=$(mktemp "${TMPDIR:-/tmp}/podkit-fast-layer-XXXXXX")
-.venv/bin/python -m pytest -m "not e2e" >"$fast_log" 2>&1 &
+# Every test, in three pytest sessions side by side: the fast layer (pure and proc), the e2e modules
+# on the session sandbox, and the e2e modules that start pods of their own (marked pods: network
+# namespaces, a second sshd), each of the last two with a sandbox of its own. One session keeps
+# about one core busy (the e2e layer waits on vLLM's starts, its installs, the idle stop's seconds),
+# so on two cores three sessions finish about when the longest alone would. The reports of the two
+# sessions run in the background follow the main one's; the command fails if any session does.
+logs=$(mktemp -d "${TMPDIR:-/tmp}/podkit-test-XXXXXX")
+.venv/bin/python -m pytest -m "not e2e" >"$logs/fast" 2>&1 &
 fast=$!
-trap 'kill "$fast" 2>/dev/null || true' EXIT
+.venv/bin/python -m pytest -m "e2e and pods" >"$logs/pods" 2>&1 &
+pods=$!
+trap 'kill "$fast" "$pods" 2>/dev/null || true' EXIT
 e2e_rc=0
-.venv/bin/python -m pytest -m e2e || e2e_rc=$?
+.venv/bin/python -m pytest -m "e2e and not pods" || e2e_rc=$?
+pods_rc=0
+wait "$pods" || pods_rc=$?
 fast_rc=0
 wait "$fast" || fast_rc=$?
 trap - EXIT
 echo
-echo "=== the fast layer (pytest -m \"not e2e\"), run beside the e2e layer above: exit $fast_rc"
-cat "$fast_log"
-rm -f "$fast_log"
-echo "=== e2e layer: exit $e2e_rc; fast layer: exit $fast_rc"
-[ "$e2e_rc" = 0 ] && [ "$fast_rc" = 0 ]
+echo "=== the e2e modules with pods of their own (pytest -m \"e2e and pods\"), run beside the above: exit $pods_rc"
+cat "$logs/pods"
+echo
+echo "=== the fast layer (pytest -m \"not e2e\"), run beside the above: exit $fast_rc"
+cat "$logs/fast"
+rm -rf "$logs"
+echo "=== e2e on the sandbox: exit $e2e_rc; e2e with pods of their own: exit $pods_rc; fast layer: exit $fast_rc"
+[ "$e2e_rc" = 0 ] && [ "$pods_rc" = 0 ] && [ "$fast_rc" = 0 ]

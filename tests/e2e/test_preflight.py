@@ -9,7 +9,7 @@ import pytest
 
 from podkit.sandbox.box import Sandbox
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.pods]
 
 
 @pytest.fixture
