@@ -671,10 +671,19 @@ def test_podkit_down_waits_for_a_deploys_lock_and_stops_without_the_venvs_python
         "re-apply (podkit up) to restore podkit's files, then run podkit down again",
     }
     os.rename(box.paths.idle_script + ".away", box.paths.idle_script)
-    os.unlink(Path(box.paths.venv) / "bin" / "python")  # the venv's Python gone: idle.py runs on podctl's
-    done = json.loads(box.podctl("down", cfg))
-    assert done["ok"] and done["done"].startswith("stopped vLLM"), done
-    assert box.programs()["vllm"] == "STOPPED"
+    # the venv gone (deleted by hand, or being reinstalled) while supervisord runs: idle.py runs on
+    # podctl's Python and stops vLLM through supervisord's socket, as supervisorctl would
+    ctl = Path(box.paths.venv) / "bin" / "supervisorctl"
+    os.rename(ctl, f"{ctl}.away")
+    os.unlink(Path(box.paths.venv) / "bin" / "python")
+    try:
+        done = json.loads(box.podctl("down", cfg))
+        assert done["ok"] and done["done"].startswith("stopped vLLM (through supervisord's socket: "), done
+        assert box.programs()["vllm"] == "STOPPED"
+        again = json.loads(box.podctl("down", cfg))
+        assert again == {"ok": True, "done": "vLLM was not running"}, again
+    finally:
+        os.rename(f"{ctl}.away", ctl)
 
 
 def test_podkit_down_says_in_one_line_what_came_back_instead_of_an_answer():

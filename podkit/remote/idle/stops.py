@@ -3,13 +3,17 @@ container's environment, never argv), or vLLM under its supervisor; the marker t
 the state file ``podkit status`` reads.
 """
 
+import configparser
+import http.client
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
+import xmlrpc.client
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 POD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
@@ -85,12 +89,41 @@ def stop_server(cfg):
         out = subprocess.run(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=150
         )
-    except (OSError, subprocess.SubprocessError) as exc:
+    except OSError as exc:
+        if cfg.get("supervisor") == "systemd":
+            return False, "%s: %s" % (" ".join(argv), exc)
+        return stop_through_socket(cfg["supervisord_conf"], "%s: %s" % (argv[0], exc))
+    except subprocess.SubprocessError as exc:
         return False, "%s: %s" % (" ".join(argv), exc)
     said = " ".join(out.stdout.decode("utf-8", "replace").split())[-200:]
     if out.returncode != 0:
         return False, "%s exited %d: %s" % (" ".join(argv), out.returncode, said)
     return True, "stopped vLLM (%s); the edge answers 503 until the next start" % (said or " ".join(argv[-2:]))
+
+
+def stop_through_socket(conf, why):
+    """``supervisorctl stop vllm`` without supervisorctl, which lives in the venv (deleted, or being
+    reinstalled, while supervisord still runs): the same XML-RPC call, over the Unix socket that
+    supervisord.conf names. ``why``: why supervisorctl could not run, said if this fails too."""
+    parser = configparser.RawConfigParser()
+    try:
+        parser.read(conf)
+        path = parser.get("unix_http_server", "file").replace("%%", "%")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(150)
+        sock.connect(path)
+        connection = http.client.HTTPConnection("localhost", timeout=150)
+        connection.sock = sock
+        body = xmlrpc.client.dumps(("vllm", True), "supervisor.stopProcess")
+        connection.request("POST", "/RPC2", body, {"Content-Type": "text/xml"})
+        xmlrpc.client.loads(connection.getresponse().read())
+    except xmlrpc.client.Fault as fault:
+        if "NOT_RUNNING" in fault.faultString:
+            return True, "vLLM was not running; the edge answers 503 until the next start"
+        return False, "%s; supervisord's socket: %s" % (why, fault.faultString)
+    except (OSError, configparser.Error, http.client.HTTPException, xmlrpc.client.Error) as exc:
+        return False, "%s; supervisord's socket: %s" % (why, exc)
+    return True, "stopped vLLM (through supervisord's socket: %s); the edge answers 503 until the next start" % why
 
 
 def write_json(path, data):
