@@ -219,10 +219,12 @@ class Server(Turn):
         settings, pod, cluster = self.settings, self.pod, self.cluster
         self.programs = programs_for(settings, follower=self.follower)
         self.strays = pod.stray_programs(self.programs)  # a copy outside the supervisor: stopped, so this restarts
+        # the install puts back the very vLLM that serves (its venv deleted while it ran): nothing restarts for it
+        self.reinstall = self.installed.will_change and not pod.serves_version(self.package.version)
         self.restart_vllm = (
             "vllm" in self.strays
             or self.changed(managed_files(settings))
-            or self.installed.will_change
+            or self.reinstall
             or not pod.serving_current_files()
             or bool(cluster and cluster.peers_due())
         )
@@ -233,14 +235,14 @@ class Server(Turn):
             name=f"Ensure the installed vLLM accepts the new launch of {self.served} before the server restarts",
             command=check_command(self.python, serve, env, generation, self.paths.accepted_launches, digest),
             due=self.restart_vllm,
-            accepted=digest in pod.accepted_launches and not self.installed.will_change,
+            accepted=digest in pod.accepted_launches and not self.reinstall,
             settings=settings,
             argv=serve,
             package=str(self.package),
         )
         self.as_a_whole("has its launch accepted by its vLLM before any node restarts", "vLLM's check of their launch")
         self.restorable = rollback_due(
-            settings, pod, restart_due=self.restart_vllm, reinstall=self.installed.will_change, cluster=bool(cluster)
+            settings, pod, restart_due=self.restart_vllm, reinstall=self.reinstall, cluster=bool(cluster)
         )
         rollback.kept(
             name="Ensure the files that serve now are kept beside them, to put back if the new start fails",
@@ -300,7 +302,7 @@ class Server(Turn):
         node also when another node restarts (its ranks start together). What outlived its server or
         runs outside the supervisor is stopped first."""
         settings, pod, follower, strays = self.settings, self.pod, self.follower, self.strays
-        will_install = self.installed.will_change
+        will_install = self.reinstall
         self.restart_edge = not follower and (
             "edge" in strays or self.changed(edge_files(settings)) or will_install or not pod.edge_current_files()
         )

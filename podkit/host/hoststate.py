@@ -208,6 +208,18 @@ class HostState:
         """The running server was started from the files now on disk."""
         return bool(self.serving) and all(self.files.get(p) == s for p, s in self.serving.items())
 
+    def serves_version(self, version: str) -> bool:
+        """The running server answers as vLLM ``version`` (a local build's ``+cpu`` aside) and was
+        started from the files now on disk: a reinstall of that very version (its venv deleted or
+        broken while it served) puts back what it runs, so it need not restart."""
+        running = (self.endpoint or {}).get("version")
+        return (
+            isinstance(running, str)
+            and running.split("+")[0] == version.split("+")[0]
+            and bool(self.server_pid)
+            and self.serving_current_files()
+        )
+
     def edge_current_files(self) -> bool:
         """The running edge was started from the files now on disk."""
         return bool(self.edge_serving) and all(self.files.get(p) == s for p, s in self.edge_serving.items())

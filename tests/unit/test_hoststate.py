@@ -946,3 +946,42 @@ def test_programs_a_dead_supervisord_left_are_strays_with_their_children_and_rea
                 except OSError:
                     pass
             proc.wait()
+
+
+SERVING = {"/w/podkit/bin/launch.sh": "aa", "/w/podkit/bin/env.sh": "bb"}
+
+
+@pytest.mark.parametrize(
+    "endpoint, pid, files, serves",
+    [
+        ({"health": 200, "version": "0.32.0"}, 41, SERVING, True),
+        ({"health": 200, "version": "0.32.0+cpu"}, 41, SERVING, True),  # a local build's suffix
+        ({"health": 200, "version": "0.31.2"}, 41, SERVING, False),  # an upgrade restarts
+        ({"health": 200, "version": None}, 41, SERVING, False),  # no /version answer: restart, as before
+        ({"health": 200}, None, SERVING, False),  # no server podkit started
+        ({"health": 200, "version": "0.32.0"}, 41, {**SERVING, "/w/podkit/bin/launch.sh": "cc"}, False),  # new files
+        (None, None, SERVING, False),
+    ],
+    ids=["same", "a local build", "another version", "unknown", "not ours", "files changed", "not running"],
+)
+def test_a_reinstall_of_the_version_that_serves_from_current_files_need_not_restart(endpoint, pid, files, serves):
+    state = dataclasses.replace(HostState.blank("gone"), endpoint=endpoint, vllm_pid=pid, files=files)
+    state = dataclasses.replace(state, serving=SERVING)
+    assert state.serves_version("0.32.0") is serves
+
+
+@pytest.mark.parametrize(
+    "answer, version",
+    [
+        ((200, b'{"version": "0.32.0"}'), "0.32.0"),
+        ((200, b'{"version": 32}'), None),
+        ((200, b"not json"), None),
+        ((200, b"[1]"), None),
+        ((404, b'{"version": "0.32.0"}'), None),
+        ((None, None), None),
+    ],
+)
+def test_the_probe_reads_the_servers_version_from_its_own_answer(answer, version):
+    from podkit.remote.podctl.server import answered_version
+
+    assert answered_version(answer) == version

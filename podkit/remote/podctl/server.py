@@ -29,7 +29,19 @@ def endpoint(cfg):
                 result["models"] = [m.get("id") for m in json.loads(body.decode()).get("data", [])]
             except ValueError:
                 result["models"] = []
+        if not cfg.get("health_path"):  # vLLM itself (a router host's router has no /version)
+            result["version"] = answered_version(http_get(base + "/version"))
     return result
+
+
+def answered_version(answer):
+    """The version in vLLM's ``/version`` answer ``(status, body)``; None for anything else."""
+    status, body = answer
+    try:
+        version = json.loads(body.decode()).get("version") if status == 200 else None
+    except (ValueError, AttributeError):
+        return None
+    return version if isinstance(version, str) else None
 
 
 def edge_health(cfg):
