@@ -147,3 +147,22 @@ def test_the_host_side_program_reports_a_start_and_a_failure(tmp_path):
     failed = remote.main(cfg)
     assert failed["started"] is False and failed["exit"] == 1
     assert vllm_reason(failed["errors"], failed["tail"]) == "ValueError: the KV cache cannot hold 65536 tokens"
+
+
+def test_the_deploy_measures_a_new_checkpoint_before_its_download_and_stops_with_vllms_reason(serving, hub, tmp_path):
+    """podkit_plan_measure in the deploy: the new checkpoint's start with random weights fails (its
+    65,536 tokens need 128 MiB of KV cache), so the host stops with vLLM's reason before any weight
+    is fetched and before anything the server uses changes; the outcome is kept, so a re-apply says
+    so without measuring again."""
+    pod = serving
+    before = server_view(pod)
+    env = {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1", "HF_TOKEN": ""}
+    data = ("--data", f"vllm_model={REPO}", "--data", "podkit_plan_measure=True")
+    applied = pod.apply(*data, env=env)
+    said = applied.stdout + applied.stderr
+    assert applied.rc != 0 and "preflight: vLLM did not start with these flags: " in said, said[-3000:]
+    assert "ValueError" in said and "KV cache" in said, said[-3000:]
+    assert weight_gets(hub) == [] and server_view(pod) == before
+    again = pod.apply(*data, env=env)
+    assert again.rc != 0 and "measured before, vLLM did not start with these flags: " in again.stdout + again.stderr
+    assert weight_gets(hub) == [] and server_view(pod) == before

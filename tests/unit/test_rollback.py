@@ -32,7 +32,8 @@ def test_restore_puts_back_the_served_files_and_restarts_vllm_from_them(pod):  #
 
     # a new launch that fails at start, as the deploy would write and start it
     Path(box.paths.launch_script).write_text(BROKEN_LAUNCH)
-    assert box.supervise(restart=["vllm"])["ok"]
+    started = box.supervise(restart=["vllm"])
+    assert started["ok"], started
     wait_for(lambda: box.programs().get("vllm") in ("BACKOFF", "FATAL") or int(box.crashes() or 0) >= 1)
 
     answer = json.loads(box.podctl("restore", restore_config(box.settings, probed)))

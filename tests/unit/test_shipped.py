@@ -156,3 +156,33 @@ def test_a_cluster_variable_comes_from_the_session_before_the_containers_init(mo
 
 def test_loopback_is_among_the_interfaces_addresses():
     assert "127.0.0.1" in podctl.interface_addresses().get("lo", [])
+
+
+@pytest.mark.parametrize(
+    "fault, raised",
+    [
+        (None, False),
+        ("NOT_RUNNING: vllm", False),  # a stop of a program that exited since its state was read
+        ("ALREADY_STARTED: edge", False),  # a start its autorestart began
+        ("SPAWN_ERROR: vllm", False),  # a start that exited at once: readiness reads it and puts back
+        ("BAD_NAME: vllm", True),
+    ],
+)
+def test_a_stop_or_start_the_program_already_made_is_no_error(fault, raised):
+    import xmlrpc.client
+
+    from podkit.remote.podctl.control import settled
+
+    calls = []
+
+    def call(name, wait):
+        calls.append((name, wait))
+        if fault:
+            raise xmlrpc.client.Fault(50, fault)
+
+    if raised:
+        with pytest.raises(xmlrpc.client.Fault):
+            settled(call, "vllm", False)
+    else:
+        settled(call, "vllm", False)
+    assert calls == [("vllm", False)]

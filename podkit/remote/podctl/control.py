@@ -88,14 +88,27 @@ def supervise(cfg):
             if not restart and states[name] in ("RUNNING", "STARTING", "BACKOFF"):
                 continue
             if states[name] in ("RUNNING", "STARTING", "BACKOFF"):
-                rpc.supervisor.stopProcess(name, True)
+                settled(rpc.supervisor.stopProcess, name, True)
             if name == cfg.get("program", "vllm"):
                 reset_crashes(run_dir)
-            rpc.supervisor.startProcess(name, False)
+            settled(rpc.supervisor.startProcess, name, False)
             done.append(("restarted " if restart else "started ") + name)
     except (OSError, xmlrpc.client.Error) as exc:
         return {"ok": False, "error": "supervisord: %s" % str(exc)[:300]}
     return {"ok": True, "done": done}
+
+
+def settled(call, name, wait):
+    """A stop or start through supervisord, where the program's own moves are no error: a stop of one
+    that exited since its state was read (NOT_RUNNING), a start of one its autorestart began
+    (ALREADY_STARTED), and a start whose program exited at once (SPAWN_ERROR, when supervisord reaps
+    it inside the call): readiness, the deploy's next step, reads that exit and puts back the files
+    that served, as it does for a start that fails later."""
+    try:
+        call(name, wait)
+    except xmlrpc.client.Fault as fault:
+        if not any(word in fault.faultString for word in ("NOT_RUNNING", "ALREADY_STARTED", "SPAWN_ERROR")):
+            raise
 
 
 def down(cfg):
