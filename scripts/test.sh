@@ -18,31 +18,32 @@ if [ "$#" -gt 0 ]; then
     exec .venv/bin/python -m pytest "$@"
 fi
 
-# Every test, in three pytest sessions side by side: the fast layer (pure and proc), the e2e modules
-# on the session sandbox, and the e2e modules that start pods of their own (marked pods: network
-# namespaces, a second sshd), each of the last two with a sandbox of its own. One session keeps
+# Every test, in three pytest sessions side by side: the fast layer (pure and proc), and the e2e
+# layer in two halves of about equal time, each with a sandbox of its own: the modules marked apart
+# (those that start hosts of their own: pods in network namespaces, a second sshd; and the hub's
+# and the edge's) and the others. One session keeps
 # about one core busy (the e2e layer waits on vLLM's starts, its installs, the idle stop's seconds),
 # so on two cores three sessions finish about when the longest alone would. The reports of the two
 # sessions run in the background follow the main one's; the command fails if any session does.
 logs=$(mktemp -d "${TMPDIR:-/tmp}/podkit-test-XXXXXX")
 .venv/bin/python -m pytest -m "not e2e" >"$logs/fast" 2>&1 &
 fast=$!
-.venv/bin/python -m pytest -m "e2e and pods" >"$logs/pods" 2>&1 &
-pods=$!
-trap 'kill "$fast" "$pods" 2>/dev/null || true' EXIT
+.venv/bin/python -m pytest -m "e2e and apart" >"$logs/apart" 2>&1 &
+apart=$!
+trap 'kill "$fast" "$apart" 2>/dev/null || true' EXIT
 e2e_rc=0
-.venv/bin/python -m pytest -m "e2e and not pods" || e2e_rc=$?
-pods_rc=0
-wait "$pods" || pods_rc=$?
+.venv/bin/python -m pytest -m "e2e and not apart" || e2e_rc=$?
+apart_rc=0
+wait "$apart" || apart_rc=$?
 fast_rc=0
 wait "$fast" || fast_rc=$?
 trap - EXIT
 echo
-echo "=== the e2e modules with pods of their own (pytest -m \"e2e and pods\"), run beside the above: exit $pods_rc"
-cat "$logs/pods"
+echo "=== the e2e layer's other half (pytest -m \"e2e and apart\"), run beside the above: exit $apart_rc"
+cat "$logs/apart"
 echo
 echo "=== the fast layer (pytest -m \"not e2e\"), run beside the above: exit $fast_rc"
 cat "$logs/fast"
 rm -rf "$logs"
-echo "=== e2e on the sandbox: exit $e2e_rc; e2e with pods of their own: exit $pods_rc; fast layer: exit $fast_rc"
-[ "$e2e_rc" = 0 ] && [ "$pods_rc" = 0 ] && [ "$fast_rc" = 0 ]
+echo "=== e2e (not apart): exit $e2e_rc; e2e (apart): exit $apart_rc; fast layer: exit $fast_rc"
+[ "$e2e_rc" = 0 ] && [ "$apart_rc" = 0 ] && [ "$fast_rc" = 0 ]

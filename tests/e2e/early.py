@@ -106,6 +106,11 @@ def _run_part(folder: Path, name: str, work, arg) -> None:
 def main(plan_file: str) -> None:
     plan = json.loads(Path(plan_file).read_text())
     folder = Path(plan["folder"])
+    # what the parts import, imported here before their threads start: two threads importing one
+    # module at once can see it half made ("partially initialized module 'typing'", seen in a run)
+    import podkit.sandbox.box  # noqa: F401
+    import tests.e2e.agent_installs  # noqa: F401
+
     parts = {"sandbox": sandbox_part, "agents": agents_part, "clients": clients_part}
     threads = [
         threading.Thread(target=_run_part, args=(folder, name, work, plan[name]))

@@ -16,7 +16,7 @@ from podkit.sandbox.box import PROJECT_ROOT
 from podkit.sandbox.tinymodel import write_tiny_model
 from testing.hub import LocalHub
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.apart]
 TOKEN = "hf_" + "s3cr3t" * 6
 
 

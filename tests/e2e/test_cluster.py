@@ -30,7 +30,7 @@ from testing.netpods import NetnsPod, client_key, copy_volume, private_link
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.pods,
+    pytest.mark.apart,
     pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None, reason="needs root and iproute2 (netns)"),
 ]
 

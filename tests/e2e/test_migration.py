@@ -45,7 +45,7 @@ from testing.runpod_api import RunPodReplay, running_pod
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.pods,
+    pytest.mark.apart,
     pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None, reason="needs root and iproute2 (netns)"),
 ]
 
