@@ -73,6 +73,13 @@ class Paths:
     idle_log = property(lambda self: self._at("logs", "idle.log"))
     stopped_marker = property(lambda self: self._at("run", "stopped.json"))
     idle_unit_copy = property(lambda self: self._at("bin", IDLE_UNIT_NAME))
+    # sleep and wake on request (podkit/remote/idle/wake.py): the hook's socket, the marker of a wake
+    # under way (the edge holds requests meanwhile), the last wake, and the answer a sleeping server
+    # must give again when it wakes
+    wake_socket = property(lambda self: self._at("run", "wake.sock"))
+    waking_marker = property(lambda self: self._at("run", "waking.json"))
+    wake_record = property(lambda self: self._at("run", "wake.json"))
+    wake_proof = property(lambda self: self._at("run", "proof.json"))
     # what the deploy predicted for the server it started: podkit status puts it beside vLLM's log
     plan_file = property(lambda self: self._at("bin", "plan.json"))
     # the KV cache size a start measured, with its key (read by the launch script: podkit/host/profile.py),

@@ -20,6 +20,10 @@ Answered mutations (the package's ``stop_pod``/``resume_pod``, and runpodctl's
   the runtime ``on_resume(pod_id)`` returns (or the one it had before the stop),
   unless its id is in :attr:`no_gpu`: then RunPod's "not enough free GPUs" error.
 
+REST's ``POST /v1/pods/{id}/stop`` (RunPod's REST API, ``https://rest.runpod.io/v1``, which the
+pod's idle watcher asks first: point ``RUNPOD_REST_API_URL`` at ``<url>/v1``) stops the pod the
+same way and answers the pod as JSON; :attr:`RunPodReplay.rest_api` False makes it a 404.
+
 Keys: ``api_key`` is the account's and may do everything. ``pod_keys`` maps a
 pod id to the pod-scoped key RunPod puts in that pod's environment
 (``RUNPOD_API_KEY``); it may read its own pod and stop it, nothing else (a
@@ -146,6 +150,8 @@ class RunPodReplay:
         self.on_stop = on_stop
         self.on_resume = on_resume
         self.no_gpu = set(no_gpu or ())
+        #: whether REST's ``POST /v1/pods/{id}/stop`` is answered (False: 404, as an API without it)
+        self.rest_api = True
         self.requests: list[dict[str, Any]] = []
         #: one line per hook that raised: "on_stop(ID): ValueError: ..."
         self.hook_errors: list[str] = []
@@ -208,6 +214,9 @@ class RunPodReplay:
         caller = self._caller(authorization)
         with self._lock:
             self.requests.append({"path": parts.path, "query": query, "key": caller})
+        rest = re.fullmatch(r"/v1/pods/([^/]+)/stop", parts.path.rstrip("/"))
+        if rest is not None and self.rest_api:
+            return self._rest_stop(rest.group(1), caller, later)
         if parts.path.rstrip("/") != "/graphql":
             return 404, {"errors": [{"message": f"no such path {parts.path}"}]}
         if caller is None:
@@ -241,6 +250,23 @@ class RunPodReplay:
         if own is not None:
             return _forbidden(own)
         return 200, {"errors": [{"message": "this replay server answers only the pod queries, podStop and podResume"}]}
+
+    def _rest_stop(
+        self, pod_id: str, caller: str | None, later: list[Callable[[], None]] | None
+    ) -> tuple[int, dict[str, Any]]:
+        """REST's ``POST /pods/{id}/stop``: the pod's own key or the account's; the pod as JSON."""
+        if caller is None:
+            return 401, {"error": "Unauthorized"}
+        if caller.startswith("pod:") and caller != f"pod:{pod_id}":
+            return 403, {"error": f"forbidden: this API key belongs to {caller} and may only read and stop that pod"}
+        status, answer, hook = self._stop(pod_id)
+        if "errors" in answer:
+            return 404, {"error": answer["errors"][0]["message"]}
+        if hook is not None and later is not None:
+            later.append(hook)
+        elif hook is not None:
+            hook()
+        return 200, answer["data"]["podStop"]
 
     def _caller(self, authorization: str) -> str | None:
         """``"account"``, ``"pod:<id>"`` or None: whose key signed the request."""

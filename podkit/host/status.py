@@ -21,6 +21,7 @@ from podkit.host.probe import server_config
 from podkit.host.restarts import compare_lines, start_summary
 from podkit.host.startup import STARTUP_NEEDLES, calibration_record, compare, parse_startup, row_text
 from podkit.host.supervision import running, status_problems
+from podkit.host.wakes import wake_lines, wake_summary
 from podkit.settings import Settings
 from podkit.text import clean
 
@@ -33,6 +34,7 @@ def status_config(settings: Settings, name: str) -> dict[str, Any]:
         "name": name,
         "idle_state": paths.idle_state,
         "stopped_file": paths.stopped_marker,
+        "wake_file": paths.wake_record,
         "plan_file": paths.plan_file,
         # podctl down stops through the idle watcher's program (idle.py --stop)
         "python": f"{paths.venv}/bin/python",
@@ -67,7 +69,9 @@ class HostStatus:
     usd_per_hour: float | None = None
     spend_usd: float | None = None
     spend_basis: str | None = None
-    stopped: dict[str, Any] | None = None  # the marker: by (idle, podkit down), at, why
+    stopped: dict[str, Any] | None = None  # the marker: by (idle, podkit down), at, why, how (stop, sleep)
+    #: the last wake on request (podkit/remote/idle/wake.py): {"at", "seconds", "how", "ok", "said", "from", ...}
+    wake: dict[str, Any] | None = None
     pod_id: str | None = None
     read_host: bool = False  # the host itself was read (podctl status), not only the RunPod API
     #: the last start: {"at", "logged": what vLLM logged, "compare": predicted vs logged, "record": a reference case}
@@ -197,6 +201,7 @@ HOST_NUMBERS = (
 HOST_FILES = {
     "stopped": "the stopped marker (podkit up starts the server and removes it)",
     "idle": "the idle watcher's state file (re-apply the deploy to restart the watcher)",
+    "wake": "the last wake's record (the next wake rewrites it)",
     "plan": "the deploy's plan file (re-apply the deploy to rewrite it)",
 }
 
@@ -206,12 +211,12 @@ def checked_remote(remote: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     or number that is not (a forged or hand-edited host file) is left out, with one note naming it."""
     out = dict(remote)
     notes: list[str] = []
-    for part in ("served", "idle", "stopped", "plan", "programs"):
+    for part in ("served", "idle", "stopped", "plan", "programs", "wake"):
         value = out.get(part)
         if value is not None and not isinstance(value, dict):
             notes.append(f"ignored {HOST_FILES.get(part, part)}: it is not a JSON object ({clean(repr(value)[:60])})")
             value = None
-        out[part] = dict(value) if value else ({} if part != "stopped" else None)
+        out[part] = dict(value) if value else ({} if part not in ("stopped", "wake") else None)
     out["programs"] = {str(k): str(v) for k, v in out["programs"].items()}
     for within, key, what in HOST_NUMBERS:
         holder = out if within is None else out.get(within)
@@ -246,7 +251,10 @@ def _from_host(status: HostStatus, remote: dict[str, Any], bare_metal: bool, now
     status.read_host = True
     status.stopped = remote.get("stopped")
     vllm = (remote.get("programs") or {}).get("vllm")
-    if served.get("health") == 200:
+    status.wake = wake_summary(remote.get("wake"), here)
+    if served.get("health") == 200 and (status.stopped or {}).get("how") == "sleep":
+        status.state = "asleep"
+    elif served.get("health") == 200:
         status.state = "up"
     elif status.stopped:
         status.state = "stopped"
@@ -378,6 +386,7 @@ def describe(status: HostStatus, inventory: str) -> list[str]:
         lines.append(
             f"  stopped on purpose: {status.stopped.get('why') or status.stopped.get('by') or 'no reason given'}"
         )
+    lines += wake_lines(status)
     if status.state in ("stopped", "crashed") or status.stopped:
         lines.append(f"  start it: podkit up {inventory} --host {status.host}")
     if status.spend_usd is not None:

@@ -147,6 +147,7 @@ def pod_env(api, tmp_path, **changes):
         "RUNPOD_POD_ID": POD,
         "RUNPOD_API_KEY": POD_KEY,
         "RUNPOD_API_BASE_URL": api.url,
+        "RUNPOD_REST_API_URL": api.url + "/v1",
         "RUNPOD_STANDIN_LOG": str(tmp_path / "runpodctl.log"),
         "PATH": f"{STANDINS}:{DEFAULT_PATH}",
     }
@@ -154,13 +155,25 @@ def pod_env(api, tmp_path, **changes):
     return {k: v for k, v in env.items() if v is not None}
 
 
+def test_the_pod_is_stopped_through_the_rest_api_with_its_own_key_and_no_runpodctl(api, tmp_path):
+    ok, said = idle.stop_pod({}, pod_env(api, tmp_path, PATH="/nowhere"))
+    assert ok and said == f"asked RunPod to stop pod {POD} (REST API: EXITED)", said
+    assert api.wait_for_hooks() and api.stopped == [POD]
+    assert [(r["path"], r["key"]) for r in api.requests] == [(f"/v1/pods/{POD}/stop", f"pod:{POD}")]
+    assert not (tmp_path / "runpodctl.log").exists()
+
+
 @pytest.mark.proc
-def test_the_pod_is_stopped_with_its_own_runpodctl_and_key(api, tmp_path):
+def test_where_the_rest_api_fails_the_pods_own_runpodctl_stops_it(api, tmp_path):
+    api.rest_api = False  # an API without the route (or one that moved)
     ok, said = idle.stop_pod({"pod_id": "ignored-when-the-pod-says"}, pod_env(api, tmp_path))
     assert ok, said
-    assert said == f'asked RunPod to stop pod {POD} (runpodctl: pod "{POD}" stopped)'
+    assert said == (
+        f'asked RunPod to stop pod {POD} (runpodctl: pod "{POD}" stopped; the REST API did not: '
+        f"the REST API answered HTTP 404 to POST /pods/{POD}/stop)"
+    )
     assert api.wait_for_hooks() and api.stopped == [POD]
-    assert [(r["key"], "podStop" in r["query"]) for r in api.requests] == [(f"pod:{POD}", True)]
+    assert [(r["key"], "podStop" in r["query"]) for r in api.requests[1:]] == [(f"pod:{POD}", True)]
     (call,) = [json.loads(line) for line in (tmp_path / "runpodctl.log").read_text().splitlines()]
     assert call["argv"] == ["stop", "pod", POD] and call["api_key_set"] is True  # the key in env, never argv
     assert POD_KEY not in (tmp_path / "runpodctl.log").read_text()
@@ -173,14 +186,19 @@ def test_the_pod_is_stopped_with_its_own_runpodctl_and_key(api, tmp_path):
         ({"RUNPOD_API_KEY": None}, "the pod's environment has no RUNPOD_API_KEY"),
         ({"RUNPOD_POD_ID": None}, "no pod id"),
         ({"RUNPOD_POD_ID": "x; rm -rf /"}, "no pod id"),
-        ({"PATH": "/nowhere"}, None),  # the default PATH is searched too: found nowhere here
-        ({"RUNPOD_API_KEY": "rp-wrong"}, "runpodctl stop pod podidle000001 exited 1"),
+        ({"PATH": "/nowhere"}, "the REST API answered HTTP 404"),  # the default PATH is searched too
+        ({"RUNPOD_API_KEY": "rp-wrong"}, "the REST API answered HTTP 401"),
     ],
 )
 def test_a_pod_that_cannot_be_stopped_says_why_in_one_line(api, tmp_path, changes, cause):
+    api.rest_api = changes.get("RUNPOD_API_KEY") == "rp-wrong"  # else: the REST API fails, runpodctl is tried
     ok, said = idle.stop_pod({}, pod_env(api, tmp_path, **changes))
     assert not ok and "\n" not in said
-    assert said.startswith(cause or "runpodctl is not on the pod's PATH"), said
+    assert said.startswith(cause), said
+    if "PATH" in changes:
+        assert said.endswith("; runpodctl is not on the pod's PATH (RunPod's images carry it)"), said
+    if changes.get("RUNPOD_API_KEY"):
+        assert "; runpodctl stop pod podidle000001 exited 1" in said
     assert "rp-wrong" not in said and POD_KEY not in said
     assert api.stopped == []
 
@@ -333,8 +351,8 @@ def test_the_watcher_runs_on_the_python_the_host_has():
     assert out.returncode == 0, out.stderr
     imported = {line.split()[1].split(".")[0] for line in source.splitlines() if line.startswith(("import ", "from "))}
     assert imported <= {
-        *("configparser", "http", "json", "math", "os", "re", "shutil", "signal", "socket", "subprocess", "sys"),
-        *("time", "urllib", "xmlrpc"),
+        *("configparser", "hashlib", "http", "json", "math", "os", "re", "shutil", "signal", "socket"),
+        *("socketserver", "subprocess", "sys", "threading", "time", "urllib", "xmlrpc"),
     }
 
 
@@ -375,7 +393,7 @@ def test_after_a_stop_the_next_idle_spell_stops_again_once_the_server_is_back(tm
     ],
 )
 def test_the_watcher_checks_its_config_before_it_promises_anything(changes, problem):
-    from podkit.host.render import idle_config
+    from podkit.host.idlefiles import idle_config
     from tests.helpers import settings
 
     cfg = {**json.loads(idle_config(settings(podkit_idle_stop_minutes=30), "box", None)), **changes}
@@ -385,7 +403,7 @@ def test_the_watcher_checks_its_config_before_it_promises_anything(changes, prob
 
 @pytest.mark.proc
 def test_the_watcher_refuses_a_config_it_cannot_read_in_one_line_and_the_deploy_refuses_to_write_one(tmp_path):
-    from podkit.host.render import idle_config_problems
+    from podkit.host.idlefiles import idle_config_problems
     from tests.helpers import settings
 
     path = tmp_path / "idle.json"

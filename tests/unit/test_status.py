@@ -69,6 +69,18 @@ def podctl_status(**changes):
 
 IDLE_MARKER = {"by": "idle", "at": HOST_NOW - 1200, "why": "no request for 30 min", "action": "server", "host": "box-1"}
 DOWN_MARKER = {"by": "podkit down", "at": HOST_NOW - 600, "why": "stopped with podkit down", "host": "box-1"}
+#: the last wake's record (podkit/remote/wake.py), 5 min ago, from an idle stop 20 min before it
+WAKE = {
+    "at": HOST_NOW - 300,
+    "woke_at": HOST_NOW - 275.7,
+    "seconds": 24.3,
+    "how": "start",
+    "ok": True,
+    "said": "a 8-token completion",
+    "proof": {"tokens": 8, "digest": "0123456789abcdef"},
+    "requests_held": 2,
+    "from": {**IDLE_MARKER, "how": "stop", "at": HOST_NOW - 1500},
+}
 NOT_SERVING = {"health": None, "models": None, "max_model_len": None}
 #: what podctl status says after vLLM was stopped: no pid, nothing served, the watcher waits
 STOPPED_SERVER = {
@@ -184,6 +196,57 @@ CASES = {
             f"  start it: podkit up {BARE} --host box-1",
         ],
         never=["serves", "request(s) in flight", "idle stop"],
+    ),
+    "bare metal stopped by the idle watcher, which a request wakes": dict(
+        settings={"podkit_idle_stop_minutes": 30},
+        remote=podctl_status(**STOPPED_SERVER, stopped={**IDLE_MARKER, "how": "stop"}),
+        pod=None,
+        expect=dict(state="stopped", wake=None),
+        says=["  stopped for idleness: the next request with the key wakes it (the edge holds it meanwhile)"],
+        never=["last wake"],
+    ),
+    "bare metal asleep (GPU build with sleep mode): vLLM answers, the marker says asleep": dict(
+        settings={"podkit_idle_stop_minutes": 30},
+        remote=podctl_status(stopped={**IDLE_MARKER, "how": "sleep"}),
+        pod=None,
+        expect=dict(state="asleep"),
+        says=["box-1: asleep", "  asleep for idleness: the next request with the key wakes it"],
+        never=["stopped for idleness"],
+    ),
+    "bare metal woken by a request after an idle stop": dict(
+        settings={"podkit_idle_stop_minutes": 30},
+        remote=podctl_status(wake=WAKE),
+        pod=None,
+        expect=dict(
+            state="up",
+            wake={
+                "at": CONTROLLER_NOW - 300,
+                "seconds": 24.3,
+                "how": "start",
+                "ok": True,
+                "said": "a 8-token completion",
+                "requests_held": 2,
+                "answer_changed": False,
+                "from": {"by": "idle", "how": "stop", "why": "no request for 30 min", "at": CONTROLLER_NOW - 1500},
+            },
+        ),
+        says=[
+            "after a stop (idle) at ",
+            ": a request started it, proven by a 8-token completion 24.3 s later; 2 request(s) held meanwhile",
+        ],  # fmt: skip
+        never=["stopped for idleness", "FAILED"],
+    ),
+    "bare metal whose wake failed": dict(
+        settings={"podkit_idle_stop_minutes": 30},
+        remote=podctl_status(
+            **STOPPED_SERVER,
+            stopped=IDLE_MARKER,
+            wake={**WAKE, "ok": False, "said": "vLLM did not answer /health within 600 s", "seconds": "600\x1b[2J"},
+        ),
+        pod=None,
+        expect=dict(state="stopped"),
+        says=["  last wake FAILED: ", ": vLLM did not answer /health within 600 s"],
+        never=["x1b"],
     ),
     "bare metal stopped with podkit down": dict(
         settings={},

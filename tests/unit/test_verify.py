@@ -587,9 +587,9 @@ def test_the_edge_refuses_every_route_beside_v1_and_health_without_the_key(stub)
     assert check.ok and check.outcome == Outcome.OK, check.detail
     # vLLM's own routes outside /v1 and FastAPI's pages, /health aside, each asked without the key
     asked = sorted({path for path, auth, _ in StubServer.seen if auth is None} - {"/health", "/v1/models"})
-    assert asked == ["/docs", "/docs/oauth2-redirect", "/invocations", "/metrics", "/openapi.json", "/redoc",
-                     "/tokenize", "/version"]  # fmt: skip
-    assert check.detail == "8 routes beside /v1 refused without the key"
+    assert asked == ["/docs", "/docs/oauth2-redirect", "/invocations", "/is_sleeping", "/metrics", "/openapi.json",
+                     "/redoc", "/sleep", "/tokenize", "/version", "/wake_up"]  # fmt: skip
+    assert check.detail == "11 routes beside /v1 refused without the key"
     assert all(auth in (None, "Bearer k") for _, auth, _ in StubServer.seen)
 
 

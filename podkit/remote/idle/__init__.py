@@ -13,14 +13,16 @@ After ``idle_seconds`` of no activity (0: never; the clock is still kept, for
 ``podkit status``) it reads the counters once more and, if nothing runs or
 waits, stops what costs money:
 
-- ``action = "runpod"``: the pod itself, with ``runpodctl stop pod <id>``. The
-  pod's id and its pod-scoped API key come from the container's environment
-  (PID 1's, as RunPod sets it; ``/etc/rp_environment`` as a fallback); the key
-  reaches runpodctl through its environment, never argv, and never the user's
-  account key, which is not on the pod.
-- ``action = "server"``: vLLM alone (bare metal), freeing the GPU, with
-  ``supervisorctl stop vllm`` or ``systemctl stop``. The edge keeps answering,
-  with a 503 that says how to start the server again.
+- ``action = "runpod"``: the pod itself, through RunPod's REST API (``POST
+  /pods/<id>/stop``), the pod's ``runpodctl stop pod <id>`` where that fails
+  (old or new runpodctl). The pod's id and its pod-scoped API key come from the
+  container's environment (PID 1's, as RunPod sets it; ``/etc/rp_environment``
+  as a fallback); the key goes in a header or runpodctl's environment, never
+  argv, and never the user's account key, which is not on the pod.
+- ``action = "server"``: vLLM alone (bare metal), freeing the GPU: put to sleep
+  where it runs with sleep mode (``sleep``), else ``supervisorctl stop vllm`` or
+  ``systemctl stop``. The edge keeps answering; a request with the key wakes it
+  again through the wake hook (``wake``).
 
 Before it stops anything it writes ``stopped_file`` (why and when), which the
 edge reads to say why it answers 503 and the launch script removes at the next
@@ -36,7 +38,7 @@ head's port answered, the clock runs while it does not (a TCP connect every poll
 and after ``idle_seconds`` (at most :data:`FOLLOW_GRACE_SECONDS`) the follower stops what costs
 money the same way. So the head's idle stop (or ``podkit down``) stops the whole cluster.
 
-Standard library only, any Python 3.8+; it never reads the API key.
+Standard library only, any Python 3.8+; it reads the API key only to prove a wake.
 
 The parts, in the order they are put together into the one program the supervisor runs
 (``podkit.host.shipped.program``; each imports the standard library and the parts before it):
@@ -44,8 +46,9 @@ The parts, in the order they are put together into the one program the superviso
     clock    vLLM's counters, what counts as activity, the idle clock (a follower's follows the head)
     stops    what is stopped and how: the pod with its own key, or vLLM; the marker and the state file
     config   the config checked at start, one line for what is wrong
+    wake     bare metal: sleep instead of a stop where vLLM can, and the wake hook the edge asks
     watcher  the watcher's loop, and main (watch, or --stop)
 """
 
 #: The parts, in the order they are put together.
-PARTS = ("clock", "stops", "config", "watcher")
+PARTS = ("clock", "stops", "config", "wake", "watcher")

@@ -1,6 +1,6 @@
-"""What the watcher stops, and how: the pod through runpodctl with the pod's own key (from the
-container's environment, never argv), or vLLM under its supervisor; the marker that says why, and
-the state file ``podkit status`` reads.
+"""What the watcher stops, and how: the pod with its own key (from the container's environment,
+never argv) through RunPod's REST API, its runpodctl as the fallback; or vLLM under its supervisor;
+the marker that says why, and the state file ``podkit status`` reads.
 """
 
 import configparser
@@ -13,11 +13,16 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import xmlrpc.client
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 POD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 STOPPING_SECONDS = 60  # after a stop was asked: no second ask within this (the pod is going down)
+#: RunPod's REST API, as RunPod documents it (docs.runpod.io, API reference: POST /pods/{podId}/stop);
+#: ``RUNPOD_REST_API_URL`` in the pod's environment points elsewhere (the tests' replay)
+REST_API = "https://rest.runpod.io/v1"
 
 
 def container_env(proc_environ="/proc/1/environ", rp_environment="/etc/rp_environment"):
@@ -46,13 +51,46 @@ def container_env(proc_environ="/proc/1/environ", rp_environment="/etc/rp_enviro
 
 
 def stop_pod(cfg, env=None):
-    """Ask RunPod to stop this pod with the pod's own runpodctl and key. Returns (ok, one line)."""
+    """Ask RunPod to stop this pod with the pod's own key: through its REST API (``POST
+    /pods/{id}/stop``), and where that fails through the pod's runpodctl, old or new (both take
+    ``stop pod ID``), so no one client or API version is needed. Returns (ok, one line)."""
     env = container_env() if env is None else env
     pod_id = env.get("RUNPOD_POD_ID") or cfg.get("pod_id") or ""
     if not POD_ID.fullmatch(pod_id):
         return False, "no pod id (RUNPOD_POD_ID is not in the pod's environment and the deploy gave none)"
     if not env.get("RUNPOD_API_KEY"):
         return False, "the pod's environment has no RUNPOD_API_KEY (the pod-scoped key RunPod gives every pod)"
+    ok, rest = stop_pod_rest(pod_id, env)
+    if ok:
+        return True, "asked RunPod to stop pod %s (%s)" % (pod_id, rest)
+    ok, ctl = stop_pod_runpodctl(pod_id, env)
+    if ok:
+        return True, "asked RunPod to stop pod %s (runpodctl: %s; the REST API did not: %s)" % (pod_id, ctl, rest)
+    return False, "%s; %s" % (rest, ctl)
+
+
+def stop_pod_rest(pod_id, env, timeout=30):
+    """``POST <REST API>/pods/ID/stop`` with the pod-scoped key in the header. Returns (ok, one line)."""
+    base = (env.get("RUNPOD_REST_API_URL") or REST_API).rstrip("/")
+    request = urllib.request.Request("%s/pods/%s/stop" % (base, pod_id), data=b"{}", method="POST")
+    request.add_header("Authorization", "Bearer " + env["RUNPOD_API_KEY"])
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=timeout) as answer:
+            body = answer.read(2000).decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        return False, "the REST API answered HTTP %d to POST /pods/%s/stop" % (exc.code, pod_id)
+    except (OSError, ValueError) as exc:
+        return False, "the REST API did not answer POST /pods/%s/stop: %s" % (pod_id, getattr(exc, "reason", exc))
+    try:
+        status = json.loads(body).get("desiredStatus")
+    except (ValueError, AttributeError):
+        status = None
+    return True, "REST API: %s" % (status if isinstance(status, str) else "stopping")
+
+
+def stop_pod_runpodctl(pod_id, env):
+    """``runpodctl stop pod ID`` with the key in its environment, never argv. Returns (ok, one line)."""
     path = os.pathsep.join(filter(None, [env.get("PATH"), DEFAULT_PATH]))
     runpodctl = shutil.which("runpodctl", path=path)
     if not runpodctl:
@@ -71,33 +109,48 @@ def stop_pod(cfg, env=None):
     except (OSError, subprocess.SubprocessError) as exc:
         return False, "runpodctl: %s" % exc
     said = " ".join(out.stdout.decode("utf-8", "replace").split())[:300]
-    if out.returncode != 0:
+    if out.returncode != 0 or "stop failed" in said:  # an old runpodctl says so and exits 0
         return False, "runpodctl stop pod %s exited %d: %s" % (pod_id, out.returncode, said)
-    return True, "asked RunPod to stop pod %s (runpodctl: %s)" % (pod_id, said or "ok")
+    return True, said or "ok"
 
 
-def stop_server(cfg):
-    """Stop vLLM (not the edge) under the supervisor that runs it: ``supervisorctl stop vllm``,
-    or ``systemctl stop`` of its unit (with ``sudo -n`` when not root). Returns (ok, one line)."""
+def supervisor_argv(cfg, verb):
+    """``supervisorctl -c CONF VERB vllm``, or ``systemctl VERB UNIT`` (``sudo -n`` when not root)."""
     if cfg.get("supervisor") == "systemd":
-        argv = ["systemctl", "stop", cfg["unit"]]
-        if os.geteuid() != 0:
-            argv = ["sudo", "-n"] + argv
-    else:
-        argv = [cfg["supervisorctl"], "-c", cfg["supervisord_conf"], "stop", "vllm"]
+        argv = ["systemctl", verb, cfg["unit"]]
+        return argv if os.geteuid() == 0 else ["sudo", "-n"] + argv
+    return [cfg["supervisorctl"], "-c", cfg["supervisord_conf"], verb, "vllm"]
+
+
+def run_quiet(argv, timeout=150, raise_missing=False):
+    """Run ``argv`` with no input: (ok, its output on one line, or why it failed). With
+    ``raise_missing``, a program that cannot run at all raises its OSError to the caller."""
     try:
         out = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=150
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout
         )
     except OSError as exc:
-        if cfg.get("supervisor") == "systemd":
-            return False, "%s: %s" % (" ".join(argv), exc)
-        return stop_through_socket(cfg["supervisord_conf"], "%s: %s" % (argv[0], exc))
+        if raise_missing:
+            raise
+        return False, "%s: %s" % (" ".join(argv), exc)
     except subprocess.SubprocessError as exc:
         return False, "%s: %s" % (" ".join(argv), exc)
     said = " ".join(out.stdout.decode("utf-8", "replace").split())[-200:]
     if out.returncode != 0:
         return False, "%s exited %d: %s" % (" ".join(argv), out.returncode, said)
+    return True, said
+
+
+def stop_server(cfg):
+    """Stop vLLM (not the edge) under the supervisor that runs it: ``supervisorctl stop vllm``,
+    or ``systemctl stop`` of its unit (with ``sudo -n`` when not root). Returns (ok, one line)."""
+    argv = supervisor_argv(cfg, "stop")
+    try:
+        ok, said = run_quiet(argv, raise_missing=cfg.get("supervisor") != "systemd")
+    except OSError as exc:  # no supervisorctl (the venv deleted or being reinstalled): its socket
+        return stop_through_socket(cfg["supervisord_conf"], "%s: %s" % (argv[0], exc))
+    if not ok:
+        return False, said
     return True, "stopped vLLM (%s); the edge answers 503 until the next start" % (said or " ".join(argv[-2:]))
 
 
@@ -142,22 +195,26 @@ def read_json(path):
         return None
 
 
+def remove(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def log(line):
     sys.stdout.write("%s podkit-idle: %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), line))
     sys.stdout.flush()
 
 
-def stop_on_purpose(cfg, by, why, stop, at=None):
+def stop_on_purpose(cfg, by, why, stop, at=None, how="stop"):
     """Stop on purpose (idle, or ``podkit down``): first the marker the edge reads (who, why,
-    when), then ``stop()``; a stop that fails takes the marker back, so the edge never says a
-    server was stopped that still runs. Returns ``stop()``'s (ok, one line)."""
-    marker = {"by": by, "at": time.time() if at is None else at, "why": why}
+    when, ``how``: stop or sleep), then ``stop()``; a stop that fails takes the marker back, so
+    the edge never says a server was stopped that still runs. Returns ``stop()``'s (ok, one line)."""
+    marker = {"by": by, "at": time.time() if at is None else at, "why": why, "how": how}
     marker.update(action=cfg.get("action"), host=cfg.get("host"))
     write_json(cfg["stopped_file"], marker)
     ok, said = stop()
     if not ok:
-        try:
-            os.unlink(cfg["stopped_file"])
-        except OSError:
-            pass
+        remove(cfg["stopped_file"])
     return ok, said

@@ -19,6 +19,7 @@ from podkit.remote.idle.stops import (
     stop_server,
     write_json,
 )
+from podkit.remote.idle.wake import asleep, rest_server, sleeps, start_hook
 
 
 class Watcher:
@@ -34,7 +35,7 @@ class Watcher:
         else:
             self.clock = Clock(idle_seconds)
             self.source, self.read = cfg["metrics_url"], read or read_counts
-        self.stop = stop or (lambda: stop_pod(cfg) if cfg.get("action") == "runpod" else stop_server(cfg))
+        self.stop = stop or (lambda: stop_pod(cfg) if cfg.get("action") == "runpod" else rest_server(cfg, stop_server))
         self.retry_at = 0.0
         self.last_error = None
         self.was_up = None
@@ -66,7 +67,7 @@ class Watcher:
         if up != self.was_up:
             log(self.clock.said(up))
             self.was_up = up
-        if due and now >= self.retry_at:
+        if due and now >= self.retry_at and not asleep(self.cfg):
             # read once more: a request that came in since the last read (or the head, back) keeps the host up
             if self.clock.observe(self.now(), self.read(self.source)):
                 self.act(now)
@@ -74,7 +75,8 @@ class Watcher:
 
     def act(self, now):
         why = self.clock.why()
-        ok, said = stop_on_purpose(self.cfg, "idle", why, self.stop, at=now)
+        how = "sleep" if sleeps(self.cfg) else "stop"
+        ok, said = stop_on_purpose(self.cfg, "idle", why, self.stop, at=now, how=how)
         if ok:
             log("%s: %s" % (why, said))
             self.last_error = None
@@ -103,6 +105,7 @@ class Watcher:
                 else "idle stop is off (podkit_idle_stop_minutes = 0): the clock is kept for podkit status",
             )
         )
+        start_hook(self)
         while True:
             self.tick()
             time.sleep(float(self.cfg.get("poll_seconds") or 10))

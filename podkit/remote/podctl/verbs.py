@@ -237,6 +237,7 @@ def status(cfg):
         "served": served,
         "idle": read_json_dict(cfg["idle_state"]),
         "stopped": read_json_dict(cfg["stopped_file"]),
+        "wake": read_json_dict(cfg["wake_file"]) if cfg.get("wake_file") else None,
         "plan": read_json_dict(cfg["plan_file"]) if cfg.get("plan_file") else None,
         "startup": startup_lines(cfg.get("log_file"), cfg.get("startup_needles") or []),
         "starts": last_lines_json(cfg.get("starts_file"), 2),
