@@ -15,6 +15,7 @@ import click
 from podkit import PROJECT_ROOT
 from podkit.client.agents import AGENTS
 from podkit.client.connect import ConnectError, ssh_forward_argv, through_tunnel
+from podkit.client.wakefront import WAKE_TIMEOUT_SECONDS, Front, WakeHook, through_front
 
 from .client import BadInput, client_settings, emit_settings, say
 from .hosts import load_targets
@@ -46,27 +47,22 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-class Forward:
-    """One ``ssh -N -L`` child: its host, local port and the last lines it wrote on stderr."""
+class Child:
+    """A child process of its own session (Ctrl-C reaches podkit, which then ends it) whose last
+    lines on stderr are kept (``lines``); ``stop()`` ends it."""
 
-    def __init__(self, host: str, argv: list[str], local_port: int) -> None:
-        self.host, self.local_port = host, local_port
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
         self.lines: collections.deque[str] = collections.deque(maxlen=20)
-        try:
-            # its own session: Ctrl-C reaches podkit, which then ends ssh (not ssh first, as an error)
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-                errors="replace",
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise click.ClickException(
-                f"cannot run OpenSSH's ssh ({exc.strerror or exc}): install openssh-client"
-            ) from None
+        self.proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -74,6 +70,22 @@ class Forward:
         for line in self.proc.stderr or ():  # stderr=PIPE: always a stream
             if line.strip():
                 self.lines.append(line.strip())
+
+    def stop(self) -> None:
+        end_child(self.proc)
+
+
+class Forward(Child):
+    """One ``ssh -N -L`` child: its host, local port and the last lines it wrote on stderr."""
+
+    def __init__(self, host: str, argv: list[str], local_port: int) -> None:
+        self.host, self.local_port = host, local_port
+        try:
+            super().__init__(argv)
+        except OSError as exc:
+            raise click.ClickException(
+                f"cannot run OpenSSH's ssh ({exc.strerror or exc}): install openssh-client"
+            ) from None
 
     def closed(self) -> TunnelClosed:
         self._reader.join(timeout=2)
@@ -102,14 +114,16 @@ class Forward:
                 )
             time.sleep(0.1)
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+
+def end_child(proc: subprocess.Popen) -> None:
+    """End a child of this process: SIGTERM, then SIGKILL after 5 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _health(cs) -> str | None:
@@ -168,7 +182,19 @@ def _sigterm_as_interrupt():
     "--for", "client", type=click.Choice(list(AGENTS)), help="Print this agent's settings (as podkit client)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the settings as a JSON list.")
-def tunnel(inventory, host_names, local_port, client, as_json):
+@click.option(
+    "--wake",
+    is_flag=True,
+    help="Serve a local front (Caddy) that starts a host that stopped itself when a request with the key comes.",
+)
+@click.option(
+    "--wake-timeout",
+    type=click.IntRange(10, 7200),
+    default=WAKE_TIMEOUT_SECONDS,
+    show_default=True,
+    help="Seconds a request is held while its host starts, before a 503 that says why.",
+)
+def tunnel(inventory, host_names, local_port, client, as_json, wake, wake_timeout):
     """Reach each host's edge on 127.0.0.1 here, through SSH. Runs until Ctrl-C.
 
     For each host, runs OpenSSH's ssh -N -L 127.0.0.1:LOCAL:127.0.0.1:EDGE_PORT
@@ -181,13 +207,22 @@ def tunnel(inventory, host_names, local_port, client, as_json):
     (podkit_public = False) or behind RunPod's proxy, which cuts a quiet
     request after about 100 s.
 
+    With --wake, a local front (Caddy, on the same 127.0.0.1 ports, plain
+    HTTP) stands before the forwards: when a pod stopped itself (the idle
+    watcher), a /v1 request with the key resumes it through RunPod's API,
+    applies the deploy as podkit up does, opens the forward again and only
+    then goes through; the client just waits (at most --wake-timeout
+    seconds, then a 503 that says why and what to run). A request without
+    the key wakes nothing.
+
     \b
     Exit codes: 0 closed with Ctrl-C (or SIGTERM), 1 error, 2 bad input,
-    3 ssh exited (its last line says why).
+    3 ssh exited (its last line says why; with --wake it is started again).
 
     \b
     podkit tunnel inventories/runpod.py --host coder-1
     podkit tunnel inventories/baremetal.py --host gpu-box-1 --local-port 18000 --for env
+    podkit tunnel inventories/runpod.py --host coder-1 --local-port 18000 --wake
     """
     targets = load_targets(inventory, host_names)
     if local_port is not None and len(targets) > 1:
@@ -210,15 +245,21 @@ def tunnel(inventory, host_names, local_port, client, as_json):
                 f"{problem}; {AGENTS[client].called} needs it: set vllm_max_model_len to a number"
             )
         try:
-            settings.append((through_tunnel(cs, port), problem))
+            settings.append(((through_front if wake else through_tunnel)(cs, port), problem))
         except ConnectError as exc:
             raise click.ClickException(str(exc)) from None
+    # with --wake the forwards take ports of their own; the front (Caddy) takes the ports given
+    forward_ports = [free_port() for _ in targets] if wake else ports
     argvs = []
-    for target, port in zip(targets, ports):
+    for target, port in zip(targets, forward_ports):
         try:
             argvs.append(ssh_forward_argv(target.name, target.data, port, target.settings.edge_port, PROJECT_ROOT))
         except ConnectError as exc:
             raise click.ClickException(str(exc)) from None
+    if wake:
+        cas = [cs.ca_file for cs, _ in client_settings(targets)]
+        _wake_tunnel(inventory, targets, ports, forward_ports, cas, argvs, settings, client, as_json, wake_timeout)
+        return
 
     forwards: list[Forward] = []
     with _sigterm_as_interrupt():
@@ -240,4 +281,82 @@ def tunnel(inventory, host_names, local_port, client, as_json):
             say(["closing the tunnel"])
         finally:
             for forward in forwards:
+                forward.stop()
+
+
+def _wake_tunnel(inventory, targets, ports, forward_ports, cas, argvs, settings, client, as_json, timeout) -> None:
+    """``podkit tunnel --wake``: the forwards behind the local front, each started again by a wake."""
+    from .hosts import load_targets
+    from .lifecycle import pod_selection, quietly
+    from .wakeup import LocalFront, Waker
+
+    forwards: dict[str, Forward] = {}
+    by_name = {t.name: (t, fport) for t, fport in zip(targets, forward_ports)}
+    closed: set[str] = set()
+
+    def reopen(name: str) -> None:
+        (target,) = quietly(lambda: load_targets(inventory, (name,)))  # its new address and host key
+        try:
+            argv = ssh_forward_argv(name, target.data, by_name[name][1], target.settings.edge_port, PROJECT_ROOT)
+        except ConnectError as exc:
+            raise click.ClickException(str(exc)) from None
+        forwards[name].stop()
+        forwards[name] = Forward(name, argv, by_name[name][1])
+        forwards[name].wait_open()
+        closed.discard(name)
+
+    hook = WakeHook(
+        {t.name: t.key for t in targets},
+        Waker(inventory, pod_selection(inventory), reopen),
+        lambda name: name in forwards and forwards[name].proc.poll() is None,
+        lambda name: f"podkit up {inventory} --host {name}",
+        timeout=timeout,
+    )
+    fronts = [
+        Front(t.name, port, fport, ca, f"PODKIT_KEY_{i}")
+        for i, (t, port, fport, ca) in enumerate(zip(targets, ports, forward_ports, cas))
+    ]
+    front = None
+    with _sigterm_as_interrupt():
+        try:
+            for target, argv, fport in zip(targets, argvs, forward_ports):
+                forwards[target.name] = Forward(target.name, argv, fport)
+            for target in targets:
+                try:
+                    forwards[target.name].wait_open()
+                except TunnelClosed as exc:  # a host that is down now: a request with the key starts it
+                    say([f"{exc.format_message()}; a request with the key starts it"])
+                    closed.add(target.name)
+            front = LocalFront(fronts, hook.keys, hook)
+            for target, port in zip(targets, ports):
+                say([f"{target.name}: 127.0.0.1:{port} here -> a local front that wakes it -> its edge, over ssh"])
+            emit_settings(settings, {t.name: t.key for t in targets}, client, as_json, show_key=False)
+            say(["Ctrl-C closes the tunnel"])
+            told = 0
+            while True:
+                if not front.alive():
+                    raise click.ClickException(
+                        "the local front (Caddy) exited: " + (front.lines[-1] if front.lines else "it said nothing")
+                    )
+                for name, forward in forwards.items():
+                    if forward.proc.poll() is not None and name not in closed and name not in hook.current:
+                        closed.add(name)
+                        said = forward.lines[-1] if forward.lines else "the host went away"
+                        say([f"{name}: the tunnel closed ({said}): the next request with the key starts it again"])
+                for done in hook.wakes[told:]:
+                    told += 1
+                    outcome = "woke" if done["ok"] else "could not wake"
+                    say(
+                        [
+                            f"{done['name']}: {outcome} in {done['seconds']:.1f} s, {done['held']} request(s) held "
+                            f"meanwhile ({done['said']})"
+                        ]
+                    )
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            say(["closing the tunnel"])
+        finally:
+            if front is not None:
+                front.stop()
+            for forward in forwards.values():
                 forward.stop()

@@ -4,12 +4,17 @@ Bare metal (the session sandbox): `podkit down` stops vLLM under supervisord, th
 503 saying why and how to start it, `podkit status` says stopped and why (and what the last start
 logged beside the plan), and `podkit up` (the deploy) brings it back to a verified endpoint.
 
+Wake on request: with an idle time set, the idle watcher stops vLLM (the CPU build has no sleep
+mode), and the next chat with the key through the edge starts it again, proven by a real
+completion, while Caddy holds the request; a request without the key wakes nothing.
+
 The idle stop of a RunPod pod (its watcher, its runpodctl and pod-scoped key, a stream never cut,
 `podkit up` resuming it) is the last test of tests/e2e/test_migration.py, on a stand-in pod that
 module already runs (a pod of its own here would cost the suite a minute more).
 """
 
 import json
+import time
 
 import httpx
 import pytest
@@ -26,7 +31,10 @@ def test_bare_metal_down_answers_503_saying_why_and_up_serves_again(serving):
     edge = f"http://127.0.0.1:{edge_port}"
     answer = httpx.get(f"{edge}/v1/models", headers={"Authorization": f"Bearer {serving.key()}"})
     assert answer.status_code == 503 and answer.headers["Retry-After"] == "60"
-    assert "stopped (idle, or podkit down): start it with podkit up" in answer.json()["error"]["message"]
+    # the wake hook answers: a stop with podkit down stands until podkit up (nothing woken)
+    assert answer.json()["error"]["message"] == (
+        "the server on sandbox was stopped with podkit down: start it with podkit up INVENTORY --host sandbox"
+    )
     assert httpx.get(f"{edge}/v1/models").status_code == 401  # the key is still checked first
     status = serving.cli("status", "inventories/sandbox.py", "--json")
     row = json.loads(status.stdout)["sandbox"]
@@ -43,3 +51,62 @@ def test_bare_metal_down_answers_503_saying_why_and_up_serves_again(serving):
     assert [r["figure"] for r in start["compare"]] == ["KV cache GiB", "KV tokens", "max concurrency"]
     assert not any(r["flag"] for r in start["compare"]) and start["record"]["logged"]["kv_cache_tokens"] == 131072
     assert start["logged"]["phases_seconds"]["load"] >= 0
+
+
+IDLE_MINUTES = 0.25  # a quarter of a minute: the stop comes in seconds, as a user may set it
+
+
+def chat(edge: str, key: str | None) -> httpx.Response:
+    body = {
+        "model": "tiny-coder",
+        "messages": [{"role": "user", "content": "Write a Python function that adds two numbers."}],
+        "max_tokens": 12,
+        "temperature": 0,
+    }
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.post(f"{edge}/v1/chat/completions", json=body, headers=headers, timeout=900)
+
+
+def test_bare_metal_an_idle_stop_is_undone_by_the_next_chat_with_the_key(serving):
+    box = serving.box
+    edge = f"http://127.0.0.1:{box.host_data()['podkit_edge_port']}"
+    applied = serving.apply("--data", f"podkit_idle_stop_minutes={IDLE_MINUTES}")
+    assert applied.rc == 0, applied.stderr[-3000:]
+    before = chat(edge, serving.key())  # what it answers awake: greedy, so the same after the wake
+    assert before.status_code == 200, before.text
+    marker = serving.podkit / "run" / "stopped.json"
+    deadline = time.monotonic() + IDLE_MINUTES * 60 + 60
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(1)
+    stopped = json.loads(marker.read_text())
+    assert (stopped["by"], stopped["how"], stopped["why"]) == ("idle", "stop", "no request for 0.25 min")
+    while "STOPPED" not in box.supervisorctl("status", "vllm").stdout and time.monotonic() < deadline:
+        time.sleep(0.5)
+    row = json.loads(serving.cli("status", "inventories/sandbox.py", "--json").stdout)["sandbox"]
+    assert row["state"] == "stopped" and row["stopped"]["by"] == "idle"
+
+    assert chat(edge, None).status_code == 401  # no key: refused before the hook, nothing wakes
+    assert marker.exists() and "STOPPED" in box.supervisorctl("status", "vllm").stdout
+
+    began = time.monotonic()
+    after = chat(edge, serving.key())
+    waited = time.monotonic() - began
+    assert after.status_code == 200, after.text
+    assert after.json()["choices"][0]["message"] == before.json()["choices"][0]["message"]
+    assert not marker.exists()
+    # a converged re-apply after a wake: still one remote command (the wake left nothing to put back)
+    again = serving.apply("--data", f"podkit_idle_stop_minutes={IDLE_MINUTES}")
+    assert again.rc == 0 and again.changed() == [] and len(again.sessions) == 1, (again.changed(), again.sessions)
+
+    status = serving.cli("status", "inventories/sandbox.py", "--json")
+    wake = json.loads(status.stdout)["sandbox"]["wake"]
+    assert wake["ok"] and wake["how"] == "start" and wake["requests_held"] == 1
+    assert wake["from"]["by"] == "idle" and wake["from"]["how"] == "stop" and 0 < wake["seconds"] <= waited
+    assert wake["said"].endswith("-token completion")
+    human = serving.cli("status", "inventories/sandbox.py").stdout
+    assert "last wake: " in human and "a request started it, proven by a" in human
+    print(
+        f"\nwake on request: the chat waited {waited:.1f} s at the edge; the wake (supervisorctl start, "
+        f"/health, a proof completion) took {wake['seconds']:.1f} s; converged re-apply: {again.seconds:.1f} s, "
+        f"{len(again.sessions)} remote command"
+    )

@@ -16,8 +16,8 @@ While A is unreachable, pod B in the same inventory keeps working.
 
 Pod B is then restarted in place (same pod id, new address and host key) as a
 container whose PID 1 carries RunPod's environment: RUNPOD_POD_ID, a pod-scoped
-RUNPOD_API_KEY, and a stand-in runpodctl on its PATH that asks the replay to
-stop the pod (which kills it, as RunPod does). Deployed with
+RUNPOD_API_KEY, and a stand-in runpodctl on its PATH; its idle watcher asks the replay's REST
+API to stop the pod with that key (which kills it, as RunPod does), runpodctl being the fallback. Deployed with
 `--data podkit_idle_stop_minutes=0.25`, its idle watcher does not stop it while a
 streamed completion stays open past the 15 s, asks RunPod to stop it about 15 s
 after the stream closed, `podkit status` says stopped at $0 an hour, and
@@ -80,15 +80,19 @@ class Fleet:
             "RUNPOD_POD_ID": pod_id,
             "RUNPOD_API_KEY": key,
             "RUNPOD_API_BASE_URL": f"http://{self.pods[name].gateway}:{self.api.port}",
+            "RUNPOD_REST_API_URL": f"http://{self.pods[name].gateway}:{self.api.port}/v1",
             "RUNPOD_STANDIN_LOG": str(self.runpodctl_log),
             "PATH": f"{STANDINS}:{DEFAULT_PATH}",
         }
 
     def stops_asked(self):
+        """The stops a pod asked of the API itself (REST, with its pod-scoped key), and through runpodctl."""
+        rest = [r for r in self.api.requests if r["path"].startswith("/v1/pods/") and r["path"].endswith("/stop")]
         try:
-            return [json.loads(line) for line in self.runpodctl_log.read_text().splitlines()]
+            ctl = [json.loads(line) for line in self.runpodctl_log.read_text().splitlines()]
         except OSError:
-            return []
+            ctl = []
+        return rest + ctl
 
     def cli(self, *args):
         return subprocess.run(
@@ -328,9 +332,9 @@ def test_an_idle_pod_stops_itself_but_never_during_a_stream_and_podkit_up_brings
     after = time.monotonic() - done["ended"]
     # the idle time after the last request: the watcher reads every 5 s
     assert IDLE_SECONDS - 5 <= after <= IDLE_SECONDS + 20, f"the stop was asked {after:.0f} s after the stream ended"
-    assert asked["argv"] == ["stop", "pod", B_ID] and asked["api_key_set"] and asked["exit"] == 0
+    # through RunPod's REST API with the pod's own key (no runpodctl needed; it is the fallback)
+    assert asked == {"path": f"/v1/pods/{B_ID}/stop", "query": "", "key": f"pod:{B_ID}"}
     assert fleet.api.wait_for_hooks() and not pod_b.pids()  # RunPod stopped the container
-    assert [r["key"] for r in fleet.api.requests if "podStop" in (r["query"] or "")] == [f"pod:{B_ID}"]
     print(
         f"\nidle stop ({IDLE_SECONDS} s): a stream open from {done['began'] - ready:.0f} s to {done['ended'] - ready:.0f} s "
         f"after readiness, then the stop asked {after:.0f} s after it closed"

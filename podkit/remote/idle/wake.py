@@ -177,8 +177,8 @@ class Hook:
         self.current = None  # {"done": Event, "record": dict, "held": int}
         self.retry_at = 0.0
 
-    def request(self):
-        """One request from the edge: ``(HTTP status, JSON body or None)``; it returns when the
+    def request(self, path=None, headers=None):
+        """One request from the edge (its path and headers are not needed): ``(HTTP status, JSON body or None)``; it returns when the
         request may go through (200), or with the reason it may not (503)."""
         arrived = self.clock()
         with self.lock:
@@ -235,7 +235,8 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 
 def serve_hook(hook, path):
-    """Serve ``hook`` on the Unix socket ``path`` (0600) in a thread; returns the server."""
+    """Serve ``hook`` on the Unix socket ``path`` (0600) in a thread; returns the server. Each
+    ``GET`` is answered with ``hook.request(path, headers)``: (HTTP status, JSON body or None)."""
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -244,12 +245,12 @@ def serve_hook(hook, path):
             pass
 
         def do_GET(self):
-            status, body = hook.request()
+            status, body = hook.request(self.path, self.headers)
             payload = json.dumps(body or {"ok": True}).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
-            if status != 200:
+            if status == 503:
                 self.send_header("Retry-After", str(RETRY_AFTER))
             self.end_headers()
             self.wfile.write(payload)
