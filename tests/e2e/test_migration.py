@@ -21,14 +21,17 @@ API to stop the pod with that key (which kills it, as RunPod does), runpodctl be
 `--data podkit_idle_stop_minutes=0.25`, its idle watcher does not stop it while a
 streamed completion stays open past the 15 s, asks RunPod to stop it about 15 s
 after the stream closed, `podkit status` says stopped at $0 an hour, and
-`podkit up` resumes it (new address, port and host key: the API's lastStatusChange
-vouches for the restart though it came within a minute of the key), deploys and
-verifies it.
+the agent's next request, through `podkit tunnel --wake` (left running since
+before the stop), resumes it (new address, port and host key: the API's
+lastStatusChange vouches for the restart though it came within a minute of the
+key), deploys it as `podkit up` does and goes through once readiness passed; a
+request without the key wakes nothing. The wait is printed; verify passes.
 """
 
 import json
 import os
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
@@ -73,6 +76,7 @@ class Fleet:
         # on every interface: the pods reach it at their gateway (their runpodctl stops them)
         self.api = RunPodReplay(api_key=API_KEY, host="0.0.0.0").start()
         self.runpodctl_log = root / "runpodctl.log"
+        self.children: list[subprocess.Popen] = []  # what a test left running (podkit tunnel)
 
     def container_env(self, name: str, pod_id: str, key: str) -> dict[str, str]:
         """What RunPod puts in a pod's PID 1 environment: its id, a pod-scoped key, runpodctl on PATH."""
@@ -130,6 +134,10 @@ class Fleet:
         return len(pod.sshd.sessions()) if pod.sshd else 0
 
     def close(self):
+        for child in self.children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
         for pod in self.pods.values():
             pod.destroy()
         self.api.stop()
@@ -259,6 +267,54 @@ def test_a_pod_restarted_in_place_is_trusted_with_its_new_key_and_serves_again(f
     print(f"\nre-apply after an in-place restart: {applied.seconds:.1f}s wall, ops changed: {', '.join(changed)}")
 
 
+class WakingTunnel:
+    """``podkit tunnel INVENTORY --host NAME --wake`` in the background, as a user leaves it running."""
+
+    def __init__(self, fleet, name):
+        self.port = free_port()
+        self.log = fleet.root / f"tunnel-{name}.log"
+        self.proc = subprocess.Popen(
+            [sys.executable, "cli.py", "tunnel", str(fleet.inventory), "--host", name, "--wake"]
+            + ["--local-port", str(self.port)],
+            cwd=PROJECT_ROOT,
+            env={**fleet.pod.box.env(), **fleet.env()},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=self.log.open("w"),
+        )
+        fleet.children.append(self.proc)
+        self.wait_for("Ctrl-C closes the tunnel", 120)
+
+    def output(self):
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, text, seconds):
+        """The line of the tunnel's output that holds ``text``, once it is there (at most ``seconds``)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            found = [line for line in self.output().splitlines() if text in line]
+            if found:
+                return found[-1]
+            assert self.proc.poll() is None, self.output()[-3000:]
+            time.sleep(0.5)
+        raise AssertionError(f"the tunnel never said {text!r}: {self.output()[-3000:]}")
+
+    def post(self, key):
+        body = {"model": "tiny-coder", "prompt": "def add(a, b):", "max_tokens": 8, "temperature": 0}
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.post(f"http://127.0.0.1:{self.port}/v1/completions", json=body, headers=headers, timeout=900)
+
+    def close(self):
+        self.proc.terminate()
+        return self.proc.wait(30)
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def stream(url: str, key: str, ca: str, until: float, done: dict):
     """A streamed completion longer than the test, read as an agent reads one until ``until``
     (monotonic), then closed by the client; what it saw goes in ``done``."""
@@ -276,7 +332,7 @@ def stream(url: str, key: str, ca: str, until: float, done: dict):
     done["ended"] = time.monotonic()
 
 
-def test_an_idle_pod_stops_itself_but_never_during_a_stream_and_podkit_up_brings_it_back(fleet):
+def test_an_idle_pod_stops_itself_but_never_during_a_stream_and_the_next_request_wakes_it(fleet):
     """Issue #14 on pod B (restarted above as a RunPod container with its own id and pod-scoped key)."""
     pod_b = fleet.pods["pkb"]
     fleet.api.pod_keys = {B_ID: B_KEY}
@@ -299,6 +355,7 @@ def test_an_idle_pod_stops_itself_but_never_during_a_stream_and_podkit_up_brings
     ready = time.monotonic()
     assert f"Ensure the idle watcher stops the pod after {IDLE_MINUTES} minutes without a request" in applied.stdout
     url, ca, key = f"https://{pod_b.address}:{PORT}", str(fleet.state / "ca" / "coder-b.crt"), fleet.pod.key()
+    tunnel = WakingTunnel(fleet, "coder-b")  # the agent's way in: it outlives the pod's stop
 
     def status_row():
         status = fleet.cli("status", str(fleet.inventory), "--host", "coder-b", "--json")
@@ -343,13 +400,20 @@ def test_an_idle_pod_stops_itself_but_never_during_a_stream_and_podkit_up_brings
     row = status_row()
     assert row["state"] == "stopped" and row["spend_usd"] == 0.0 and row["since_text"].startswith("Exited by user")
 
+    # podkit tunnel --wake (started while the pod ran) saw its forward close with the pod
+    tunnel.wait_for("coder-b: the tunnel closed", 120)
+    assert tunnel.post(None).status_code == 401  # no key: refused at the front, nothing resumed
+    assert not [r for r in fleet.api.requests if "podResume" in (r["query"] or "")]
     begin = time.monotonic()
-    up = fleet.cli("up", str(fleet.inventory), "--host", "coder-b")
-    assert up.returncode == 0, up.stderr[-4000:]
-    assert pod_b.address.endswith(".4") and f"https://{pod_b.address}:{PORT}/v1" in up.stdout
-    assert f"coder-b: resuming pod {B_ID}" in up.stderr
-    print(f"podkit up: {time.monotonic() - begin:.1f} s from stopped to serving")
+    woken = tunnel.post(key)  # the agent's request: held while the pod starts and the deploy's readiness passes
+    waited = time.monotonic() - begin
+    assert woken.status_code == 200, woken.text
+    assert woken.json()["choices"][0]["text"] and pod_b.address.endswith(".4")
+    said = tunnel.wait_for("coder-b: woke in ", 30)
+    assert f"coder-b: resuming pod {B_ID}" in tunnel.output() and "1 request(s) held meanwhile" in said
+    print(f"wake on request through podkit tunnel --wake: the agent's request waited {waited:.1f} s ({said.strip()})")
     verify = fleet.verify("--host", "coder-b")
     assert verify.returncode == 0, verify.stdout[-3000:]
+    assert tunnel.close() == 0
     for secret in (B_KEY, API_KEY, key):
-        assert secret not in up.stdout + up.stderr + applied.stdout + applied.stderr
+        assert secret not in tunnel.output() + applied.stdout + applied.stderr
