@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import signal
 import socket
-import subprocess
-import threading
 import time
 
 import click
@@ -17,6 +14,7 @@ from podkit.client.agents import AGENTS
 from podkit.client.connect import ConnectError, ssh_forward_argv, through_tunnel
 from podkit.client.wakefront import WAKE_TIMEOUT_SECONDS, Front, WakeHook, through_front
 
+from .child import Child
 from .client import BadInput, client_settings, emit_settings, say
 from .hosts import load_targets
 from .output import host_option
@@ -45,34 +43,6 @@ def port_is_free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-class Child:
-    """A child process of its own session (Ctrl-C reaches podkit, which then ends it) whose last
-    lines on stderr are kept (``lines``); ``stop()`` ends it."""
-
-    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
-        self.lines: collections.deque[str] = collections.deque(maxlen=20)
-        self.proc = subprocess.Popen(
-            argv,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-            start_new_session=True,
-        )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stderr or ():  # stderr=PIPE: always a stream
-            if line.strip():
-                self.lines.append(line.strip())
-
-    def stop(self) -> None:
-        end_child(self.proc)
 
 
 class Forward(Child):
@@ -113,17 +83,6 @@ class Forward(Child):
                     + (f" ({self.lines[-1]})" if self.lines else "")
                 )
             time.sleep(0.1)
-
-
-def end_child(proc: subprocess.Popen) -> None:
-    """End a child of this process: SIGTERM, then SIGKILL after 5 s."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _health(cs) -> str | None:

@@ -22,8 +22,8 @@ import click
 from podkit.client.wakefront import Front, WakeHook, front_caddyfile
 from podkit.remote.idle.wake import serve_hook
 
+from .child import Child
 from .client import say
-from .tunnel import Child
 
 #: seconds Caddy gets to listen on every front port
 CADDY_START_SECONDS = 30.0
