@@ -418,3 +418,14 @@ def test_the_watcher_refuses_a_config_it_cannot_read_in_one_line_and_the_deploy_
 
     with pytest.raises(SettingsError, match="podkit_idle_stop_minutes must be minutes, 0 .off. or from 0.1 to 525600"):
         settings(podkit_idle_stop_minutes=10**9)
+
+
+@pytest.mark.proc
+def test_an_old_runpodctl_that_says_stop_failed_and_exits_0_is_a_failed_stop(tmp_path):
+    """The legacy runpodctl prints "stop failed" and exits 0 when RunPod did not stop the pod."""
+    fake = tmp_path / "runpodctl"
+    fake.write_text("#!/bin/sh\necho 'pod \"podidle000001\" stop failed; status is RUNNING'\n")
+    fake.chmod(0o755)
+    env = {"RUNPOD_API_KEY": POD_KEY, "PATH": str(tmp_path)}
+    ok, said = idle.stop_pod_runpodctl(POD, env)
+    assert not ok and said == f'runpodctl stop pod {POD} exited 0: pod "{POD}" stop failed; status is RUNNING'
