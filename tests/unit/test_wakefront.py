@@ -224,3 +224,45 @@ def test_caddy_holds_a_keyed_request_while_the_host_wakes_and_a_keyless_one_wake
         front.stop()
         for server in upstream:
             server.close()
+
+
+WAKER_CASES = {
+    "the pod comes back, the deploy passes, the forward opens": (["coder-b"], [], 0, None, True, "resumed in "),
+    "no GPU free on its machine": (
+        [],
+        ["pod coder-b (podb1) came back with zero GPUs (its GPU was taken while it was stopped): migrate it"],
+        0,
+        None,
+        False,
+        "pod coder-b (podb1) came back with zero GPUs",
+    ),
+    "the deploy fails": (["coder-b"], [], 1, None, False, "the deploy failed (its output is above)"),
+    "the inventory no longer lists it": (["coder-b"], [], 0, "no host coder-b in the inventory", False, "no host"),
+}
+
+
+@pytest.mark.parametrize("case", WAKER_CASES.values(), ids=list(WAKER_CASES))
+def test_a_wake_runs_what_podkit_up_runs_then_opens_the_forward(case, monkeypatch):
+    import click
+
+    from podkit_cli import lifecycle
+    from podkit_cli.wakeup import Waker
+
+    up, problems, deploy_rc, reopen_error, ok, said = case
+    ran = []
+    monkeypatch.setattr(
+        lifecycle, "resume", lambda select, names, wait: ran.append(("resume", names)) or (up, problems)
+    )
+    monkeypatch.setattr(
+        lifecycle, "apply_deploy", lambda inv, names, started: ran.append(("deploy", names)) or deploy_rc
+    )
+
+    def reopen(name):
+        ran.append(("reopen", name))
+        if reopen_error:
+            raise click.ClickException(reopen_error)
+
+    result = Waker("inventories/runpod.py", object(), reopen)("coder-b")
+    assert result[0] is ok and result[1].startswith(said), result
+    assert ran[0] == ("resume", ("coder-b",))
+    assert [step for step, _ in ran] == ["resume", "deploy", "reopen"][: 1 + bool(up) + (bool(up) and deploy_rc == 0)]
