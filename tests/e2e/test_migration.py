@@ -300,7 +300,7 @@ class WakingTunnel:
         raise AssertionError(f"the tunnel never said {text!r}: {self.output()[-3000:]}")
 
     def post(self, key):
-        body = {"model": "tiny-coder", "prompt": "def add(a, b):", "max_tokens": 8, "temperature": 0}
+        body = {"model": "tiny-coder", "prompt": "def add(a, b):", "max_tokens": 8, "ignore_eos": True}
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         return httpx.post(f"http://127.0.0.1:{self.port}/v1/completions", json=body, headers=headers, timeout=900)
 
@@ -408,7 +408,7 @@ def test_an_idle_pod_stops_itself_but_never_during_a_stream_and_the_next_request
     woken = tunnel.post(key)  # the agent's request: held while the pod starts and the deploy's readiness passes
     waited = time.monotonic() - begin
     assert woken.status_code == 200, woken.text
-    assert woken.json()["choices"][0]["text"] and pod_b.address.endswith(".4")
+    assert woken.json()["usage"]["completion_tokens"] == 8 and pod_b.address.endswith(".4")
     said = tunnel.wait_for("coder-b: woke in ", 30)
     assert f"coder-b: resuming pod {B_ID}" in tunnel.output() and "1 request(s) held meanwhile" in said
     print(f"wake on request through podkit tunnel --wake: the agent's request waited {waited:.1f} s ({said.strip()})")
