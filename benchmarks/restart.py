@@ -12,7 +12,10 @@ phases `podkit status --json` reads from the start's record; podkit/host/restart
 - with caches: the caches kept, the profile dropped: vLLM measures its KV cache again;
 - profile reused: caches and the recorded profile kept;
 - after a stop: `podkit down` (the marker, then supervisorctl stop, as the idle stop does), then
-  the deploy as `podkit up` runs it on bare metal.
+  the deploy as `podkit up` runs it on bare metal;
+- woken by a request: with an idle time set, the idle watcher stops the server (the CPU build has no
+  sleep mode; a GPU build with one sleeps), and the next chat with the key through the edge starts
+  it again while Caddy holds the request (no deploy): `wall` is what that chat waited.
 
 Each start is the deploy's (pyinfra over the sandbox's sshd), told when it began, as `podkit up`
 tells it: the `up` column is from there to ready behind the edge.
@@ -28,6 +31,7 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -39,6 +43,8 @@ from podkit.sandbox.box import Sandbox  # noqa: E402
 #: the sandbox with vLLM measuring its own KV cache (a fifth of the node's memory; the tiny model needs little)
 MEASURED = ["--data", 'vllm_extra_args=["--enforce-eager"]', "--data", "vllm_gpu_memory_utilization=0.2"]
 INVENTORY = "inventories/sandbox.py"
+#: the idle time of the wake row: the watcher stops the server a quarter of a minute after the last request
+IDLE = ["--data", "podkit_idle_stop_minutes=0.25"]
 
 
 def last_start(box: Sandbox) -> dict:
@@ -52,6 +58,34 @@ def printed(label: str, start: dict, wall: float) -> dict:
     cells = "  ".join(f"{phases[key]:6.2f}" if key in phases else "     -" for key, _ in PHASES)
     print(f"{label:<16} {cells}  {wall:6.1f}   {start.get('profile') or '-'}", flush=True)
     return {"start": label, "phases": phases, "wall_seconds": round(wall, 2), "profile": start.get("profile")}
+
+
+def woken(box: Sandbox) -> tuple[dict, float]:
+    """The wake row: the idle stop, then one chat with the key through the edge, timed, and the wake
+    as status records it (the wake starts vLLM through the supervisor, so no start phases)."""
+    applied = box.apply(*MEASURED, *IDLE)
+    if applied.rc != 0:
+        raise RuntimeError(applied.stderr[-3000:])
+    marker = box.volume / "podkit" / "run" / "stopped.json"
+    deadline = time.monotonic() + 120
+    while not (marker.exists() and "STOPPED" in box.supervisorctl("status", "vllm").stdout):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the idle watcher did not stop the server within 2 minutes")
+        time.sleep(0.5)
+    body = {"model": "tiny-coder", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{box.host_data()['podkit_edge_port']}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {box.api_key_file.read_text().strip()}", "Content-Type": "application/json"},
+    )
+    began = time.monotonic()
+    with urllib.request.urlopen(request, timeout=900) as answer:
+        answer.read()
+    waited = time.monotonic() - began
+    # the wake starts vLLM through the supervisor, not the deploy: status keeps it as the last wake
+    wake = json.loads(box.cli("status", INVENTORY, "--json").stdout)["sandbox"].get("wake") or {}
+    said = f"the wake: {wake.get('how')} in {wake.get('seconds')} s, {wake.get('said')}"
+    return {"phases": {}, "profile": said}, waited
 
 
 def main() -> int:
@@ -92,6 +126,9 @@ def main() -> int:
                 print(applied.stderr[-3000:], file=sys.stderr)
                 return 1
             rows.append(printed(label, last_start(box), time.monotonic() - began))
+        start, waited = woken(box)
+        rows.append(printed("woken by a chat", start, waited))
+        box.apply(*MEASURED)  # the idle time back to the group's
     finally:
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1) + "\n")
