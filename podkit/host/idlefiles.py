@@ -69,6 +69,7 @@ def idle_config(
         "supervisor": settings.supervisor,
         "supervisorctl": f"{paths.venv}/bin/supervisorctl",
         "supervisord_conf": paths.supervisord_conf,
+        "supervisor_socket": paths.supervisor_socket,  # the stop without supervisorctl (the venv gone)
         "unit": UNIT_NAME,
     }
     return json.dumps(config, indent=1, sort_keys=True) + "\n"

@@ -3,7 +3,6 @@ never argv) through RunPod's REST API, its runpodctl as the fallback; or vLLM un
 the marker that says why, and the state file ``podkit status`` reads.
 """
 
-import configparser
 import http.client
 import json
 import os
@@ -148,23 +147,20 @@ def stop_server(cfg):
     try:
         ok, said = run_quiet(argv, raise_missing=cfg.get("supervisor") != "systemd")
     except OSError as exc:  # no supervisorctl (the venv deleted or being reinstalled): its socket
-        return stop_through_socket(cfg["supervisord_conf"], "%s: %s" % (argv[0], exc))
+        return stop_through_socket(cfg.get("supervisor_socket"), "%s: %s" % (argv[0], exc))
     if not ok:
         return False, said
     return True, "stopped vLLM (%s); the edge answers 503 until the next start" % (said or " ".join(argv[-2:]))
 
 
-def stop_through_socket(conf, why):
+def stop_through_socket(path, why):
     """``supervisorctl stop vllm`` without supervisorctl, which lives in the venv (deleted, or being
-    reinstalled, while supervisord still runs): the same XML-RPC call, over the Unix socket that
-    supervisord.conf names. ``why``: why supervisorctl could not run, said if this fails too."""
-    parser = configparser.RawConfigParser()
+    reinstalled, while supervisord still runs): the same XML-RPC call, over supervisord's Unix socket
+    at ``path``. ``why``: why supervisorctl could not run, said if this fails too."""
     try:
-        parser.read(conf)
-        path = parser.get("unix_http_server", "file").replace("%%", "%")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(150)
-        sock.connect(path)
+        sock.connect(path or "")
         connection = http.client.HTTPConnection("localhost", timeout=150)
         connection.sock = sock
         body = xmlrpc.client.dumps(("vllm", True), "supervisor.stopProcess")
@@ -174,7 +170,7 @@ def stop_through_socket(conf, why):
         if "NOT_RUNNING" in fault.faultString:
             return True, "vLLM was not running; the edge answers 503 until the next start"
         return False, "%s; supervisord's socket: %s" % (why, fault.faultString)
-    except (OSError, configparser.Error, http.client.HTTPException, xmlrpc.client.Error) as exc:
+    except (OSError, http.client.HTTPException, xmlrpc.client.Error) as exc:
         return False, "%s; supervisord's socket: %s" % (why, exc)
     return True, "stopped vLLM (through supervisord's socket: %s); the edge answers 503 until the next start" % why
 
