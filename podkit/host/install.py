@@ -50,8 +50,10 @@ def install_command(
         f"venv={venv}",
         f'python3 -m venv {"--clear " if recreate else ""}"$venv"',
         f"log={shlex.quote(paths.install_log)}",
-        # pip's own output goes to the log; a failure is one line: pip's last error, and the fix
-        f'if ! "$venv/bin/python" -m pip install --disable-pip-version-check --no-input --progress-bar off -q '
+        # pip's own output goes to the log; a failure is one line: pip's last error, and the fix.
+        # --no-compile: pip would byte-compile every module of torch and vLLM (about 40 CPU-seconds,
+        # serial); Python compiles what a start imports when it first imports it, into the same venv
+        f'if ! "$venv/bin/python" -m pip install --no-compile --disable-pip-version-check --no-input --progress-bar off -q '
         f'{" ".join(shlex.quote(str(s)) for s in specs)} > "$log" 2>&1; then',
         '  why=$(grep -E "^ERROR|Error:|error:" "$log" | tail -n 1 | cut -c1-300)',
         '  case "$(tail -c 4000 "$log")" in *"No space left"*)'
