@@ -69,7 +69,16 @@ class Agent:
         pip = str(into / "bin" / "python")
         return [
             [sys.executable, "-m", "venv", str(into)],
-            [pip, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", f"{self.package}=={self.version}"],
+            [
+                pip,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-compile",
+                "--disable-pip-version-check",
+                f"{self.package}=={self.version}",
+            ],
         ]
 
 

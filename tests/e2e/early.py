@@ -77,7 +77,15 @@ def clients_part(root: str) -> dict:
         venv = Path(root) / name
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         installs[name] = subprocess.Popen(
-            [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+            [
+                str(venv / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-compile",
+                "--disable-pip-version-check",
+            ]
             + requirements,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
