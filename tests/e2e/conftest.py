@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from podkit.sandbox.box import Applied, Sandbox
+from testing import venvshare
 from tests.e2e.agent_installs import AGENTS
 from tests.e2e.early import Early
 
@@ -34,19 +35,31 @@ def pytest_collection_finish(session):
     for item in session.items:
         if item.get_closest_marker("e2e") is not None:
             needs.update(item.fixturenames)
+    installs = "pod" in needs and sshd_installed()
+    if not installs:
+        _no_venv_to_share("this session serves no sandbox")
     if not needs & {"pod", "agent_programs", "client_venvs"}:
         return
     factory = config._tmp_path_factory  # what the tmp_path_factory fixture returns, before any fixture
     config.stash[EARLY] = Early.start(
         factory.mktemp("early"),
-        sandbox=factory.mktemp("sandbox") if "pod" in needs and sshd_installed() else None,
+        sandbox=factory.mktemp("sandbox") if installs else None,
         agents=list(AGENTS) if "agent_programs" in needs else [],
         clients=factory.mktemp("client-venvs") if "client_venvs" in needs else None,
     )
 
 
+def _no_venv_to_share(why: str) -> None:
+    """The installing session will stage no venv (testing/venvshare.py): the seeded sessions install
+    for themselves now rather than wait for it."""
+    shared = venvshare.role()
+    if shared and shared[0] == "install" and not (shared[1] / "venv").is_dir():
+        venvshare.give_up(shared[1], why)
+
+
 def pytest_sessionfinish(session):
     """A session that ended before the e2e layer (``-x``, Ctrl-C): stop what the installs started."""
+    _no_venv_to_share("the installing session ended without staging its venv")
     early = session.config.stash.get(EARLY, None)
     if early is None:
         return
@@ -115,6 +128,9 @@ def pod(early, tmp_path_factory):
         first = early.wait("sandbox")  # the deploy's first apply, begun at collection
         pod.first_apply = Applied(first["rc"], first["stdout"], first["stderr"], first["seconds"], first["sessions"])
         pod.outputs += [first["stdout"], first["stderr"]]
+        if first.get("seeded_from"):  # testing/venvshare.py: the venv is a copy of the installer's
+            again = [name for name in pod.first_apply.changed() if " is installed (" in name]
+            assert not again, f"the deploy installed into a venv seeded from {first['seeded_from']}: {again}"
     else:
         pod = Pod(tmp_path_factory.mktemp("sandbox"))
     pod.box.up()

