@@ -1,5 +1,13 @@
 """The checkpoint on the volume, for real: a local hub (the hub's HTTP protocol on loopback), the
-sandbox host fetching from it with huggingface_hub in its vLLM venv, and vLLM serving the snapshot."""
+sandbox host fetching from it with huggingface_hub in its vLLM venv, and vLLM serving the snapshot.
+
+One snapshot is fetched (each new one costs a vLLM check and a start): ``acme/tiny-gated``, a
+gated repo, with the token. Its first fetch is killed mid-download and the re-apply that completes
+it is the fetch-then-serve (the fetched line, checkpoint.json, ``serve <snapshot>`` offline, verify),
+so the token's checks cover the killed apply's output too; the converged no-op, the way back to
+the local checkpoint and ``cache ls``/``clean`` use the same snapshot. No e2e test fetches without
+a token: the fetch is the same operation with or without one.
+"""
 
 import json
 import os
@@ -18,80 +26,45 @@ from testing.hub import LocalHub
 
 pytestmark = [pytest.mark.e2e, pytest.mark.apart]
 TOKEN = "hf_" + "s3cr3t" * 6
+REPO = "acme/tiny-gated"
+MODEL = f"vllm_model={REPO}"
 
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     root = tmp_path_factory.mktemp("hub")
-    write_tiny_model(root / "acme" / "tiny-coder")
-    # the same weights (verify's answers are known for seed 0) in another repo, so it downloads afresh
-    (write_tiny_model(root / "acme" / "tiny-coder-b") / "README.md").write_text("another repo\n")
-    gated = write_tiny_model(root / "acme" / "tiny-gated")  # seed 0: its answers to verify are known
+    gated = write_tiny_model(root / REPO)  # seed 0: its answers to verify are known
     (gated / ".hub.json").write_text(json.dumps({"gated": True}))
+    (gated / "README.md").write_text("a repo file vLLM does not need: the fetch leaves it\n")
     with LocalHub(root, token=TOKEN) as server:
         yield server
 
 
-def hub_env(hub, tmp_path, **extra):
+def hub_env(hub, tmp_path):
     return {
         "HF_ENDPOINT": hub.url,
         "HF_HOME": str(tmp_path / "hf-controller"),
         "HF_HUB_DISABLE_TELEMETRY": "1",
-        "HF_TOKEN": "",
-        **extra,
+        "HF_TOKEN": TOKEN,
     }
 
 
-def snapshot_files(pod, repo):
-    return sorted((pod.podkit / "cache" / "huggingface" / "hub" / f"models--{repo.replace('/', '--')}").rglob("*"))
+def cached(pod) -> Path:
+    return pod.podkit / "cache" / "huggingface" / "hub" / f"models--{REPO.replace('/', '--')}"
 
 
-def forget(pod, repo):
-    """Remove ``repo`` from the volume's hub cache, so the next apply must fetch it."""
-    shutil.rmtree(
-        pod.podkit / "cache" / "huggingface" / "hub" / f"models--{repo.replace('/', '--')}", ignore_errors=True
-    )
+def processes() -> str:
+    return subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
 
 
-def test_fetch_then_serve_the_snapshot(pod, hub, tmp_path):
-    forget(pod, "acme/tiny-coder")  # whatever ran before, this apply downloads it
-    applied = pod.apply("--data", "vllm_model=acme/tiny-coder", env=hub_env(hub, tmp_path))
-    assert applied.rc == 0, applied.stderr[-3000:]
-    assert "fetched acme/tiny-coder@" in applied.stderr
-    record = json.loads((pod.podkit / "run" / "checkpoint.json").read_text())
-    assert record["repo"] == "acme/tiny-coder" and len(record["revision"]) == 40
-    assert "model.safetensors" in record["files"] and "README.md" not in record["files"]
-    launch = (pod.podkit / "bin" / "launch.sh").read_text()
-    assert f"serve {record['snapshot']}" in launch
-    assert "HF_HUB_OFFLINE=1" in (pod.podkit / "bin" / "env.sh").read_text()
-    assert pod.cli("verify", "inventories/sandbox.py").returncode == 0
-
-
-def test_a_complete_snapshot_is_a_noop_without_any_hub_request(pod, hub, tmp_path):
-    assert pod.apply("--data", "vllm_model=acme/tiny-coder", env=hub_env(hub, tmp_path)).rc == 0  # fetched, served
-    hub.clear_log()
-    applied = pod.apply("--data", "vllm_model=acme/tiny-coder", env=hub_env(hub, tmp_path))
-    assert applied.rc == 0, applied.stderr[-3000:]
-    assert applied.changed() == []
-    assert hub.requests == []
-    assert len(applied.sessions) == 1
-
-
-def test_a_killed_download_is_cleaned_and_completed_on_reapply(pod, hub, tmp_path):
+def test_a_killed_download_is_cleaned_and_completed_on_reapply_and_served(pod, hub, tmp_path):
+    shutil.rmtree(cached(pod), ignore_errors=True)  # whatever ran before, this apply downloads it
     hub.bytes_per_second = 20_000  # the tiny checkpoint then takes ~35 s
     run = pod.podkit / "run"
-    env = pod.box.env(**hub_env(hub, tmp_path))
     apply = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "pyinfra"),
-            "-y",
-            "inventories/sandbox.py",
-            "deploy.py",
-            "--data",
-            "vllm_model=acme/tiny-coder-b",
-        ],
+        [str(Path(sys.executable).parent / "pyinfra"), "-y", "inventories/sandbox.py", "deploy.py", "--data", MODEL],
         cwd=PROJECT_ROOT,
-        env=env,
+        env=pod.box.env(**hub_env(hub, tmp_path)),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -103,33 +76,50 @@ def test_a_killed_download_is_cleaned_and_completed_on_reapply(pod, hub, tmp_pat
             break
         time.sleep(0.5)
     time.sleep(8)  # past the first progress poll (every 5 s), well before the ~35 s download ends
+    assert TOKEN not in processes()  # not in the fetch's argv while it downloads
     os.kill(int(pid), signal.SIGKILL)
     output, _ = apply.communicate(timeout=120)
-    pod.outputs.append(output)
+    pod.outputs.append(output)  # the token test below searches it too
     assert apply.returncode != 0 and "the fetch stopped without a result" in output
-    assert "fetching acme/tiny-coder-b@" in output and "%)" in output  # progress while it ran
-    orphans = [p for p in snapshot_files(pod, "acme/tiny-coder-b") if p.name.endswith(".incomplete")]
+    assert f"fetching {REPO}@" in output and "%)" in output  # progress while it ran
+    orphans = [p for p in cached(pod).rglob("*") if p.name.endswith(".incomplete")]
     assert orphans, "SIGKILL mid-download leaves a partial file behind"
 
     hub.bytes_per_second = None
-    applied = pod.apply("--data", "vllm_model=acme/tiny-coder-b", env=hub_env(hub, tmp_path))
+    applied = pod.apply("--data", MODEL, env=hub_env(hub, tmp_path))
     assert applied.rc == 0, applied.stderr[-3000:]
     assert "hub cache: removed" in applied.stderr
-    assert not any(p.name.endswith(".incomplete") for p in snapshot_files(pod, "acme/tiny-coder-b"))
-    assert (pod.podkit / "run" / "checkpoint.json").exists()
+    assert not any(p.name.endswith(".incomplete") for p in cached(pod).rglob("*"))
+    assert f"fetched {REPO}@" in applied.stderr
+    record = json.loads((run / "checkpoint.json").read_text())
+    assert record["repo"] == REPO and len(record["revision"]) == 40
+    assert "model.safetensors" in record["files"] and "README.md" not in record["files"]
+    launch = (pod.podkit / "bin" / "launch.sh").read_text()
+    assert f"serve {record['snapshot']}" in launch
+    assert "HF_HUB_OFFLINE=1" in (pod.podkit / "bin" / "env.sh").read_text()
     assert pod.cli("verify", "inventories/sandbox.py").returncode == 0
+
+
+def test_a_complete_snapshot_is_a_noop_without_any_hub_request(pod, hub, tmp_path):
+    assert pod.apply("--data", MODEL, env=hub_env(hub, tmp_path)).rc == 0  # fetched, served
+    hub.clear_log()
+    applied = pod.apply("--data", MODEL, env=hub_env(hub, tmp_path))
+    assert applied.rc == 0, applied.stderr[-3000:]
+    assert applied.changed() == []
+    assert hub.requests == []
+    assert len(applied.sessions) == 1
 
 
 def test_gated_model_with_a_token_never_shows_the_token(pod, hub, tmp_path):
-    applied = pod.apply("--data", "vllm_model=acme/tiny-gated", env=hub_env(hub, tmp_path, HF_TOKEN=TOKEN))
+    """Over every output of this session: the killed fetch's and the one that completed it above."""
+    applied = pod.apply("--data", MODEL, env=hub_env(hub, tmp_path))  # fetched and served (above: converged)
     assert applied.rc == 0, applied.stderr[-3000:]
     token_file = pod.podkit / "secrets" / "hf_token"
     assert token_file.read_text().strip() == TOKEN and token_file.stat().st_mode & 0o777 == 0o600
-    assert TOKEN not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert TOKEN not in processes()
     assert all(TOKEN not in output for output in pod.outputs + [applied.stdout, applied.stderr])
     for log in (pod.podkit / "logs").iterdir():
         assert TOKEN not in log.read_text(errors="replace"), log
-    assert pod.cli("verify", "inventories/sandbox.py").returncode == 0
 
 
 def test_back_to_the_local_checkpoint(pod):
@@ -139,15 +129,15 @@ def test_back_to_the_local_checkpoint(pod):
 
 
 def test_cache_ls_and_clean_from_the_cli(pod, hub, tmp_path):
-    if not (pod.podkit / "cache" / "huggingface" / "hub" / "models--acme--tiny-coder").exists():
-        assert pod.apply("--data", "vllm_model=acme/tiny-coder", env=hub_env(hub, tmp_path)).rc == 0
+    if not cached(pod).exists():
+        assert pod.apply("--data", MODEL, env=hub_env(hub, tmp_path)).rc == 0
         assert pod.apply().rc == 0  # the local checkpoint serves again; the snapshot stays cached
-    blobs = pod.podkit / "cache" / "huggingface" / "hub" / "models--acme--tiny-coder" / "blobs"
+    blobs = cached(pod) / "blobs"
     orphan = blobs / "0123abcd.deadbeef.incomplete"
     orphan.write_bytes(b"\0" * 4096)
     listed = json.loads(pod.cli("cache", "ls", "inventories/sandbox.py", "--json").stdout)["sandbox"]
     assert [p["path"] for p in listed["problems"]] == [str(orphan)]
-    assert listed["repos"]["acme/tiny-coder"] > 600_000
+    assert listed["repos"][REPO] > 600_000
     cleaned = pod.cli("cache", "clean", "inventories/sandbox.py")
     assert cleaned.returncode == 0 and "freed 0.00 GB" in cleaned.stdout and "removed" in cleaned.stdout
     assert not orphan.exists() and any(blobs.iterdir())

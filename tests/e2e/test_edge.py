@@ -225,9 +225,14 @@ def test_tls_from_the_edge_ca_is_pinned_and_another_ca_refused(serving, tmp_path
 
 
 def test_verify_fails_on_a_server_started_by_hand_without_the_edge(serving):
+    """The edge stopped and a real ``vllm serve`` started by hand on its port, on every interface:
+    verify says the port is exposed. podkit's own vLLM keeps serving on loopback meanwhile (verify
+    looks at the edge's port), so the re-apply after starts the edge alone."""
     pod = serving
     edge, _ = ports(pod)
-    pod.box.stop_serving()
+    served = pod.read_pid("vllm.pid")
+    stopped = pod.box.supervisorctl("stop", "edge")
+    assert stopped is not None and stopped.returncode == 0, stopped and stopped.stdout + stopped.stderr
     venv = pod.podkit / "venv"
     env = {
         **os.environ,
@@ -261,6 +266,7 @@ def test_verify_fails_on_a_server_started_by_hand_without_the_edge(serving):
         log.close()
         restored = pod.apply()
         assert restored.rc == 0, restored.stderr[-3000:]
+        assert pod.read_pid("vllm.pid") == served, "the edge's start restarted vLLM"
 
 
 def request_ok(url):

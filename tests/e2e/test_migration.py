@@ -158,9 +158,9 @@ def fleet(pod, tmp_path_factory):
         copy_volume(volume_path, root / f"volume-{name}")
         fleet.pods[name] = NetnsPod(name, subnet, root / name, root / f"volume-{name}", volume_path, client_key)
     yield fleet
+    # the session sandbox stays stopped: every later user of it converges it first (the serving
+    # fixture, or an apply of its own), so a restart here would only come before theirs
     fleet.close()
-    restored = pod.apply()  # the session sandbox serves again for the tests after this file
-    assert restored.rc == 0, restored.stderr[-3000:]
 
 
 def test_pods_are_found_deployed_and_verified(fleet):
