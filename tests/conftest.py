@@ -36,7 +36,17 @@ def _run_order(item) -> tuple[bool, int]:
 def pytest_collection_modifyitems(config, items):
     """The e2e layer runs last, and in it first what needs no install, then what needs the sandbox,
     then what needs the agents or the clients: the installs (tests/e2e/early.py) proceed while the
-    tests before run, and a failure of the pure or proc layer shows before the e2e layer's minutes."""
+    tests before run, and a failure of the pure or proc layer shows before the e2e layer's minutes.
+    A test in two of the e2e layer's sessions (marked both apart and aside) is refused: it would run twice."""
+    both = sorted(
+        {
+            item.nodeid.split("::")[0]
+            for item in items
+            if item.get_closest_marker("apart") and item.get_closest_marker("aside")
+        }
+    )
+    if both:
+        raise pytest.UsageError(f"marked both apart and aside (one e2e session each, pytest.ini): {', '.join(both)}")
     items.sort(key=_run_order)  # stable: file order kept within each
 
 

@@ -24,7 +24,7 @@ from podkit.sandbox.box import PROJECT_ROOT
 from podkit.sandbox.tinymodel import write_tiny_model
 from testing.hub import LocalHub
 
-pytestmark = [pytest.mark.e2e, pytest.mark.apart]
+pytestmark = [pytest.mark.e2e, pytest.mark.aside]
 TOKEN = "hf_" + "s3cr3t" * 6
 REPO = "acme/tiny-gated"
 MODEL = f"vllm_model={REPO}"

@@ -23,7 +23,7 @@ import pytest
 from podkit import PROJECT_ROOT
 from podkit.sandbox.sshd import free_port
 
-pytestmark = [pytest.mark.e2e, pytest.mark.apart]
+pytestmark = [pytest.mark.e2e, pytest.mark.aside]
 
 CHAT = {"model": "tiny-coder", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8}
 

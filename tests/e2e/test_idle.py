@@ -19,7 +19,7 @@ import time
 import httpx
 import pytest
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.aside]
 
 
 def test_bare_metal_down_answers_503_saying_why_and_up_serves_again(serving):

@@ -9,7 +9,7 @@ import pytest
 
 from podkit.sandbox.box import Sandbox
 
-pytestmark = [pytest.mark.e2e, pytest.mark.apart]
+pytestmark = [pytest.mark.e2e, pytest.mark.aside]
 
 
 @pytest.fixture

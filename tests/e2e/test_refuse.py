@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.aside]
 
 SANDBOX_ARGS = ["--enforce-eager", "--kv-cache-memory-bytes", "64M"]  # group_data/sandbox.py's
 

@@ -1,6 +1,7 @@
 """The suite's guard (tests/conftest.py): a test without the ``proc`` marker that starts a process
 fails, naming the fix, whether the test or its fixture starts it; a broader fixture finalized in such
-a test's teardown may stop what a proc test started."""
+a test's teardown may stop what a proc test started; and an e2e module marked for two of the e2e
+layer's sessions is refused before it runs twice."""
 
 from pathlib import Path
 
@@ -67,3 +68,14 @@ def test_the_guard(pytester, source, outcome):
     result.assert_outcomes(**outcome)
     if "passed" not in outcome or outcome.get("passed") != sum(outcome.values()):
         result.stdout.fnmatch_lines(["*starts a process*but is not marked proc: add @pytest.mark.proc*"])
+
+
+def test_a_module_in_two_e2e_sessions_is_refused_at_collection(pytester):
+    pytester.makeconftest(CONFTEST)
+    pytester.makeini("[pytest]\nmarkers =\n    proc: p\n    e2e: e\n    apart: a\n    aside: s\n")
+    pytester.makepyfile(
+        test_twice="import pytest\npytestmark = [pytest.mark.e2e, pytest.mark.apart, pytest.mark.aside]\ndef test_x():\n    pass\n"
+    )
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*marked both apart and aside*test_twice.py*"])
