@@ -10,6 +10,7 @@ tests that will use them, while the layers before this one run.
 import json
 import shutil
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,14 @@ class Pod:
 
     def key(self) -> str:
         return self.box.api_key_file.read_text().strip()
+
+    def models(self) -> list[dict]:
+        """What /v1/models lists, asked through the edge with the key, as a client asks."""
+        port = json.loads(self.box.state_file.read_text())["edge_port"]
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/models")
+        request.add_header("Authorization", f"Bearer {self.key()}")
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return json.loads(response.read())["data"]
 
 
 @pytest.fixture
