@@ -1,9 +1,10 @@
 """``podkit plan --measure`` on the sandbox: the real vLLM (CPU build) started with random weights.
 
-For the served model, for a second architecture that the local hub serves (config, tokenizer and
-weights there; only the first two may be fetched), and for a context its KV cache cannot hold:
-measured against predicted, vLLM's own reason when it does not fit, no weight file fetched, and
-nothing the running server uses changed.
+For the served model and for a second architecture that the local hub serves (config, tokenizer and
+weights there; only the first two may be fetched): measured against predicted, no weight file
+fetched, and nothing the running server uses changed. The deploy's own measurement of that second
+architecture at a context its KV cache cannot hold stops with vLLM's own reason (how ``plan
+--measure`` reports such a failure is read from vLLM's recorded words in tests/unit/test_measure.py).
 """
 
 import hashlib
@@ -118,19 +119,6 @@ def test_a_second_architecture_from_its_config_alone(serving, hub, tmp_path):
     assert server_view(pod) == before  # the real hub cache holds no trace of it either
 
 
-def test_a_context_the_kv_cache_cannot_hold_does_not_fit_in_vllms_words(serving, hub, tmp_path):
-    pod = serving
-    env = {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1"}
-    proc = measure(pod, REPO, env=env)  # the sandbox's 65,536 tokens need 128 MiB of KV cache
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    (found,) = json.loads(proc.stdout)
-    assert found["fits"] is False and found["measured"] is True
-    assert "ValueError" in found["reason"] and "KV cache" in found["reason"], found["reason"]
-    assert found["reference_case"]["logged"]["error"] == found["reason"]
-    assert weight_gets(hub) == []
-    assert not (pod.podkit / "cache" / "huggingface" / "hub" / "models--acme--tiny-qwen3").exists()
-
-
 def test_the_host_side_program_reports_a_start_and_a_failure(tmp_path):
     lines = "print('INFO 11-26 12:00:00 CPU KV cache size: 1,024 tokens'); print('Application startup complete.')"
     cfg = {
@@ -163,6 +151,7 @@ def test_the_deploy_measures_a_new_checkpoint_before_its_download_and_stops_with
     assert applied.rc != 0 and "preflight: vLLM did not start with these flags: " in said, said[-3000:]
     assert "ValueError" in said and "KV cache" in said, said[-3000:]
     assert weight_gets(hub) == [] and server_view(pod) == before
+    assert not (pod.podkit / "cache" / "huggingface" / "hub" / "models--acme--tiny-qwen3").exists()
     again = pod.apply(*data, env=env)
     assert again.rc != 0 and "measured before, vLLM did not start with these flags: " in again.stdout + again.stderr
     assert weight_gets(hub) == [] and server_view(pod) == before
