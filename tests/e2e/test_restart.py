@@ -6,6 +6,9 @@
   and its size is recorded; the next start of the same server passes it back (vLLM logs
   "Explicitly set", the measuring skipped), podkit status says so against the start before, and a
   converged re-apply with the record there is still one remote command.
+- One datum more (the context) changes the launch script and restarts vLLM exactly once, after
+  vLLM's own check of that new launch, and its new key profiles again; back to the defaults is one
+  restart more with no check (vLLM accepted that launch before), then a re-apply changes nothing.
 """
 
 import json
@@ -41,7 +44,13 @@ def status_row(pod) -> dict:
     return json.loads(done.stdout)["sandbox"]
 
 
-def test_a_measured_kv_cache_is_reused_by_the_next_start_and_status_says_so(serving):
+def starts(pod) -> int:
+    return pod.log().count("podkit: starting vLLM")
+
+
+def test_a_measured_kv_cache_is_reused_by_the_next_start_and_one_datum_restarts_once(serving):
+    """One chain of launches, each one datum or one stop from the one before, so that each start
+    proves something: measured, reused, a new key, the defaults again (4 starts, 2 of vLLM's checks)."""
     pod = serving
     profile = pod.podkit / "run" / "profile"
     first = pod.apply(*MEASURED)
@@ -67,8 +76,29 @@ def test_a_measured_kv_cache_is_reused_by_the_next_start_and_status_says_so(serv
     converged = pod.apply(*MEASURED)
     assert converged.rc == 0 and converged.changed() == [] and len(converged.sessions) == 1, converged.sessions
 
-    # another key (one flag more) measures again
-    other = pod.apply("--data", 'vllm_extra_args=["--enforce-eager", "--max-num-seqs", "8"]', *MEASURED[2:])
-    assert other.rc == 0, other.stderr[-3000:]
+    # one datum more changes the launch script and restarts once; its flags are another key, measured again
+    starts_before = starts(pod)
+    applied = pod.apply(*MEASURED, "--data", "vllm_max_model_len=1024")
+    assert applied.rc == 0, applied.stderr[-3000:]
+    changed = applied.changed()
+    # vLLM's check of the new launch, the launch script, what the plan predicts for it, the restart,
+    # readiness; and the copy of the files that served, unless an earlier run left that copy current
+    kept = [name for name in changed if "the files that serve now are kept" in name]
+    assert [name for name in changed if "launch script" in name] and len(changed) == 5 + len(kept), changed
+    assert any("the installed vLLM accepts the new launch" in name for name in changed)
+    assert any("what the plan predicts" in name for name in changed)
+    assert any("supervisord runs vLLM" in name for name in changed)
+    assert starts(pod) == starts_before + 1
     assert "podkit: profiling (no profile recorded for key" in pod.log().rsplit("podkit: starting vLLM", 1)[1]
     assert profile.read_text().split()[0] != key
+    assert pod.models()[0]["max_model_len"] == 1024
+
+    # and back to the defaults: one restart more; vLLM accepted the default launch before, so it is not
+    # checked again; then converged, in one remote command
+    back = pod.apply()
+    assert back.rc == 0, back.stderr[-3000:]
+    assert not any("the installed vLLM accepts the new launch" in name for name in back.changed()), back.changed()
+    assert starts(pod) == starts_before + 2
+    assert pod.models()[0]["max_model_len"] == 65536
+    converged = pod.apply()
+    assert converged.rc == 0 and converged.changed() == [] and len(converged.sessions) == 1, converged.sessions

@@ -146,12 +146,40 @@ def test_a_start_is_measured_against_the_plan_and_kept_as_a_reference_case():
     assert "FITS (measured)" in text and "KV cache tokens: 32768" in text and "concurrency at 8192 tokens: 4.0x" in text
 
 
+KV_FAILED = {"measure": 1, "started": False, "exit": 1, "errors": [KV_FAILURE], "lines": [], "seconds": 12}
+
+
 def test_a_failed_start_does_not_fit_with_vllms_reason():
-    answer = {"measure": 1, "started": False, "exit": 1, "errors": [KV_FAILURE], "lines": [], "seconds": 12}
-    found = read_measurement("sandbox", answer, RECORD)
-    assert found["fits"] is False and found["reason"].startswith("ValueError: To serve at least one request")
+    found = read_measurement("sandbox", KV_FAILED, RECORD)
+    assert found["fits"] is False and found["measured"] is True
+    assert found["reason"].startswith("ValueError: To serve at least one request")
     assert found["reference_case"]["fits"] is False and found["reference_case"]["logged"]["error"] == found["reason"]
     assert report_lines(found)[0].startswith("sandbox: DOES NOT FIT (measured): ValueError")
+
+
+def test_plan_measure_exits_1_with_the_failed_start_in_its_json(monkeypatch, tmp_path):
+    """The CLI around a start vLLM refused (the host's side replaced by its recorded answer): exit 1,
+    and the JSON says measured, does not fit, in vLLM's words, with the reference case kept."""
+    from click.testing import CliRunner
+
+    import podkit_cli.hosts
+    import podkit_cli.measure
+    from podkit_cli import cli
+
+    class Host:
+        name = "sandbox"
+
+        def disconnect(self):
+            pass
+
+    monkeypatch.setattr(podkit_cli.hosts, "load_hosts", lambda inventory, names: [Host()])
+    monkeypatch.setattr(podkit_cli.measure, "measure_host", lambda *a: read_measurement("sandbox", KV_FAILED, RECORD))
+    monkeypatch.setenv("PODKIT_STATE_DIR", str(tmp_path))
+    result = CliRunner().invoke(cli, ["plan", "--measure", "inventories/sandbox.py", "acme/tiny", "--json"])
+    assert result.exit_code == 1, result.output
+    (found,) = json.loads(result.stdout)
+    assert found["fits"] is False and found["measured"] is True and found["reason"].startswith("ValueError")
+    assert json.loads(Path(found["reference_case_file"]).read_text())["logged"]["error"] == found["reason"]
 
 
 def test_a_start_that_never_answered_says_so():

