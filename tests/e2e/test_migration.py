@@ -355,8 +355,10 @@ def test_an_idle_pod_stops_itself_but_never_during_a_stream_and_the_next_request
     ready = time.monotonic()
     assert f"Ensure the idle watcher stops the pod after {IDLE_MINUTES} minutes without a request" in applied.stdout
     url, ca, key = f"https://{pod_b.address}:{PORT}", str(fleet.state / "ca" / "coder-b.crt"), fleet.pod.key()
-    tunnel = WakingTunnel(fleet, "coder-b")  # the agent's way in: it outlives the pod's stop
 
+    # Between readiness and the stream only status runs: the pod stops IDLE_SECONDS after readiness
+    # when nothing comes, and on a busy machine each CLI call here takes seconds (a fresh-clone run
+    # with four sessions on two cores saw the pod stop before a stream that began after the tunnel).
     def status_row():
         status = fleet.cli("status", str(fleet.inventory), "--host", "coder-b", "--json")
         assert status.returncode == 0, status.stderr
@@ -376,10 +378,12 @@ def test_an_idle_pod_stops_itself_but_never_during_a_stream_and_the_next_request
     done = {}
     reader = threading.Thread(target=stream, args=(url, key, ca, ready + IDLE_SECONDS + 12, done))
     reader.start()
+    tunnel = WakingTunnel(fleet, "coder-b")  # the agent's way in, started while the pod runs: it outlives the stop
     while reader.is_alive():
         assert fleet.stops_asked() == [], "the watcher asked RunPod to stop the pod while a stream ran"
         time.sleep(1)
     reader.join()
+    assert done["began"] - ready < IDLE_SECONDS, f"the stream began {done['began'] - ready:.0f} s after readiness"
     assert done["status"] == 200 and done["chunks"] > 100 and done["open_at_end"], done
 
     deadline = time.monotonic() + IDLE_SECONDS + 60
