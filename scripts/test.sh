@@ -28,20 +28,21 @@ fi
 # once (testing/venvshare.py): the session in front installs it through the deploy's first apply,
 # and the other sandboxes take a hard-linked copy of its venv; mypy (about 15 s of one core on a
 # fresh clone) runs beside them too. The reports of the sessions run in the background follow the
-# main one's; the command fails if any session does.
+# main one's; the command fails if any session does. The e2e sessions collect tests/e2e alone (the
+# whole suite's collection costs each about 5 CPU-seconds more, before its installs can begin).
 logs=$(mktemp -d "${TMPDIR:-/tmp}/podkit-test-XXXXXX")
 mkdir "$logs/venv"
 .venv/bin/mypy podkit podkit_cli >"$logs/mypy" 2>&1 &
 types=$!
 .venv/bin/python -m pytest -m "not e2e" >"$logs/fast" 2>&1 &
 fast=$!
-PODKIT_E2E_VENV="seed:$logs/venv" .venv/bin/python -m pytest -m "e2e and apart" >"$logs/apart" 2>&1 &
+PODKIT_E2E_VENV="seed:$logs/venv" .venv/bin/python -m pytest -m "e2e and apart" tests/e2e >"$logs/apart" 2>&1 &
 apart=$!
-PODKIT_E2E_VENV="seed:$logs/venv" .venv/bin/python -m pytest -m "e2e and aside" >"$logs/aside" 2>&1 &
+PODKIT_E2E_VENV="seed:$logs/venv" .venv/bin/python -m pytest -m "e2e and aside" tests/e2e >"$logs/aside" 2>&1 &
 aside=$!
 trap 'kill "$types" "$fast" "$apart" "$aside" 2>/dev/null || true' EXIT
 e2e_rc=0
-PODKIT_E2E_VENV="install:$logs/venv" .venv/bin/python -m pytest -m "e2e and not apart and not aside" || e2e_rc=$?
+PODKIT_E2E_VENV="install:$logs/venv" .venv/bin/python -m pytest -m "e2e and not apart and not aside" tests/e2e || e2e_rc=$?
 apart_rc=0
 wait "$apart" || apart_rc=$?
 aside_rc=0

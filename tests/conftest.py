@@ -37,7 +37,8 @@ def pytest_collection_modifyitems(config, items):
     """The e2e layer runs last, and in it first what needs no install, then what needs the sandbox,
     then what needs the agents or the clients: the installs (tests/e2e/early.py) proceed while the
     tests before run, and a failure of the pure or proc layer shows before the e2e layer's minutes.
-    A test in two of the e2e layer's sessions (marked both apart and aside) is refused: it would run twice."""
+    A test in two of the e2e layer's sessions (marked both apart and aside) is refused: it would run twice;
+    so is an e2e test outside tests/e2e, which scripts/test.sh's e2e sessions do not collect."""
     both = sorted(
         {
             item.nodeid.split("::")[0]
@@ -47,6 +48,18 @@ def pytest_collection_modifyitems(config, items):
     )
     if both:
         raise pytest.UsageError(f"marked both apart and aside (one e2e session each, pytest.ini): {', '.join(both)}")
+    # scripts/test.sh's e2e sessions collect tests/e2e alone: an e2e test elsewhere would never run there
+    astray = sorted(
+        {
+            item.nodeid.split("::")[0]
+            for item in items
+            if item.get_closest_marker("e2e") and not item.nodeid.startswith("tests/e2e/")
+        }
+    )
+    if astray:
+        raise pytest.UsageError(
+            f"marked e2e outside tests/e2e (scripts/test.sh would not run them): {', '.join(astray)}"
+        )
     items.sort(key=_run_order)  # stable: file order kept within each
 
 

@@ -1,7 +1,7 @@
 """The suite's guard (tests/conftest.py): a test without the ``proc`` marker that starts a process
 fails, naming the fix, whether the test or its fixture starts it; a broader fixture finalized in such
 a test's teardown may stop what a proc test started; and an e2e module marked for two of the e2e
-layer's sessions is refused before it runs twice."""
+layer's sessions, or marked e2e outside tests/e2e, is refused before it runs twice or never."""
 
 from pathlib import Path
 
@@ -79,3 +79,12 @@ def test_a_module_in_two_e2e_sessions_is_refused_at_collection(pytester):
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*marked both apart and aside*test_twice.py*"])
+
+
+def test_an_e2e_test_outside_tests_e2e_is_refused_at_collection(pytester):
+    pytester.makeconftest(CONFTEST)
+    pytester.makeini("[pytest]\nmarkers =\n    proc: p\n    e2e: e\n")
+    pytester.makepyfile(test_astray="import pytest\npytestmark = pytest.mark.e2e\ndef test_x():\n    pass\n")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*marked e2e outside tests/e2e*test_astray.py*"])
