@@ -153,7 +153,7 @@ from pyinfra.operations import server
 from operations import interrupt
 
 interrupt.exit_nonzero_on_interrupt()
-server.shell(name="Sleep a while", commands=["sleep 30"])
+server.shell(name="Sleep a while", commands=["sleep 10"])
 server.shell(name="Write the marker", commands=["touch {marker}"])
 """
 
@@ -166,6 +166,7 @@ def test_ctrl_c_during_a_deploy_exits_non_zero_and_says_what_is_left_undone(tmp_
     import signal
     import subprocess
     import sys
+    import time
 
     from podkit.sandbox.sshd import PrivateSshd
     from tests.helpers import ROOT
@@ -191,13 +192,42 @@ def test_ctrl_c_during_a_deploy_exits_non_zero_and_says_what_is_left_undone(tmp_
             seen.append(line)
             if "Starting operation: Sleep a while" in line:
                 break
+        # the signal while the host runs the operation's command, as a user's Ctrl-C in a long step
+        # (sent at once after the line above, it once met pyinfra still opening the command's channel,
+        # and that pyinfra never exited: a fresh-clone run on a loaded machine hung here)
+        sshd_pid = int(sshd.pid_file.read_text().split()[0])
+        deadline = time.monotonic() + 30
+        while not _runs_under(sshd_pid, b"sleep\x0010\x00") and time.monotonic() < deadline:
+            time.sleep(0.1)
         run.send_signal(signal.SIGINT)
-        out = "".join(seen) + run.stdout.read()
-        assert run.wait(timeout=60) == interrupt.EXIT_INTERRUPTED, out
+        try:
+            rest, _ = run.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            rest = run.communicate()[0]
+            pytest.fail(f"pyinfra did not exit within 90 s of SIGINT: {''.join(seen)[-2000:]}{rest[-2000:]}")
+        out = "".join(seen) + rest
+        assert run.returncode == interrupt.EXIT_INTERRUPTED, out
     finally:
         sshd.stop()
     assert "box: interrupted (Ctrl-C) with 2 operation(s) not done: Sleep a while; Write the marker" in out
     assert not marker.exists()
+
+
+def _runs_under(ancestor: int, cmdline: bytes) -> bool:
+    """Whether a process with exactly ``cmdline`` (NUL-separated) runs below process ``ancestor``."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit() or (entry / "cmdline").read_bytes() != cmdline:
+                continue
+            pid = int(entry.name)
+            while pid > 1:
+                pid = int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                if pid == ancestor:
+                    return True
+        except (OSError, ValueError, IndexError):
+            continue
+    return False
 
 
 def test_the_deploy_installs_the_interrupt_handler_before_reading_the_host():
