@@ -51,6 +51,14 @@ def give_up(share: Path, why: str) -> None:
     (share / "failed.json").write_text(json.dumps({"why": why}))
 
 
+def unless_staged(why: str, environ=os.environ) -> None:
+    """In the installing session, when no venv is staged (yet, or ever): tell the seeded sessions to
+    install for themselves; anywhere else nothing."""
+    shared = role(environ)
+    if shared and shared[0] == "install" and not (shared[1] / "venv").is_dir():
+        give_up(shared[1], why)
+
+
 def wait(share: Path, timeout: float = WAIT_S) -> Path | None:
     """The staged venv once the installer has staged it; None when it failed or ``timeout`` passed."""
     deadline = time.monotonic() + timeout

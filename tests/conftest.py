@@ -33,33 +33,24 @@ def _run_order(item) -> tuple[bool, int]:
     return (True, max(needs, default=0))
 
 
+def _modules(items, which) -> str:
+    """The files of the ``items`` that ``which`` picks, sorted, comma-separated ("" for none)."""
+    return ", ".join(sorted({item.nodeid.split("::")[0] for item in items if which(item)}))
+
+
 def pytest_collection_modifyitems(config, items):
     """The e2e layer runs last, and in it first what needs no install, then what needs the sandbox,
     then what needs the agents or the clients: the installs (tests/e2e/early.py) proceed while the
     tests before run, and a failure of the pure or proc layer shows before the e2e layer's minutes.
     A test in two of the e2e layer's sessions (marked both apart and aside) is refused: it would run twice;
     so is an e2e test outside tests/e2e, which scripts/test.sh's e2e sessions do not collect."""
-    both = sorted(
-        {
-            item.nodeid.split("::")[0]
-            for item in items
-            if item.get_closest_marker("apart") and item.get_closest_marker("aside")
-        }
-    )
+    both = _modules(items, lambda item: item.get_closest_marker("apart") and item.get_closest_marker("aside"))
     if both:
-        raise pytest.UsageError(f"marked both apart and aside (one e2e session each, pytest.ini): {', '.join(both)}")
+        raise pytest.UsageError(f"marked both apart and aside (one e2e session each, pytest.ini): {both}")
     # scripts/test.sh's e2e sessions collect tests/e2e alone: an e2e test elsewhere would never run there
-    astray = sorted(
-        {
-            item.nodeid.split("::")[0]
-            for item in items
-            if item.get_closest_marker("e2e") and not item.nodeid.startswith("tests/e2e/")
-        }
-    )
+    astray = _modules(items, lambda item: item.get_closest_marker("e2e") and not item.nodeid.startswith("tests/e2e/"))
     if astray:
-        raise pytest.UsageError(
-            f"marked e2e outside tests/e2e (scripts/test.sh would not run them): {', '.join(astray)}"
-        )
+        raise pytest.UsageError(f"marked e2e outside tests/e2e (scripts/test.sh would not run them): {astray}")
     items.sort(key=_run_order)  # stable: file order kept within each
 
 

@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 INSTALL_TIMEOUT = 900
+#: pip as the PyPI agents and the clients' venvs run it: quiet, and without byte-compiling every
+#: module it unpacks (each program imports a small part of what it installs)
+PIP_INSTALL = ["-m", "pip", "install", "--quiet", "--no-compile", "--disable-pip-version-check"]
 MARKER = ".podkit-installed"
 
 
@@ -69,16 +72,7 @@ class Agent:
         pip = str(into / "bin" / "python")
         return [
             [sys.executable, "-m", "venv", str(into)],
-            [
-                pip,
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--no-compile",
-                "--disable-pip-version-check",
-                f"{self.package}=={self.version}",
-            ],
+            [pip, *PIP_INSTALL, f"{self.package}=={self.version}"],
         ]
 
 

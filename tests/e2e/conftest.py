@@ -40,7 +40,7 @@ def pytest_collection_finish(session):
             needs.update(item.fixturenames)
     installs = "pod" in needs and sshd_installed()
     if not installs:
-        _no_venv_to_share("this session serves no sandbox")
+        venvshare.unless_staged("this session serves no sandbox")  # the seeded ones need not wait
     if not needs & {"pod", "agent_programs", "client_venvs"}:
         return
     factory = config._tmp_path_factory  # what the tmp_path_factory fixture returns, before any fixture
@@ -52,17 +52,9 @@ def pytest_collection_finish(session):
     )
 
 
-def _no_venv_to_share(why: str) -> None:
-    """The installing session will stage no venv (testing/venvshare.py): the seeded sessions install
-    for themselves now rather than wait for it."""
-    shared = venvshare.role()
-    if shared and shared[0] == "install" and not (shared[1] / "venv").is_dir():
-        venvshare.give_up(shared[1], why)
-
-
 def pytest_sessionfinish(session):
     """A session that ended before the e2e layer (``-x``, Ctrl-C): stop what the installs started."""
-    _no_venv_to_share("the installing session ended without staging its venv")
+    venvshare.unless_staged("the installing session ended without staging its venv")
     early = session.config.stash.get(EARLY, None)
     if early is None:
         return

@@ -32,6 +32,7 @@ import traceback
 from pathlib import Path
 
 from testing import venvshare
+from tests.e2e.agent_installs import PIP_INSTALL
 
 #: The clients podkit's users run, pinned: their config formats and flags are what tests/e2e/test_clients.py
 #: checks. llm and openai-agents leave openai floating: pinned to podkit's own.
@@ -72,8 +73,7 @@ def sandbox_part(state_dir: str) -> dict:
             except (OSError, subprocess.CalledProcessError):
                 pass  # the others install for themselves (below): this session's sandbox serves all the same
     finally:
-        if shared and shared[0] == "install" and not (shared[1] / "venv").is_dir():
-            venvshare.give_up(shared[1], "the installing session's first apply failed")
+        venvshare.unless_staged("the installing session's first apply failed")
     return {
         "rc": applied.rc,
         "stdout": applied.stdout,
@@ -102,16 +102,7 @@ def clients_part(root: str) -> dict:
         venv = Path(root) / name
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         installs[name] = subprocess.Popen(
-            [
-                str(venv / "bin" / "python"),
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--no-compile",
-                "--disable-pip-version-check",
-            ]
-            + requirements,
+            [str(venv / "bin" / "python"), *PIP_INSTALL, *requirements],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

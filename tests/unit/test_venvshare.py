@@ -80,3 +80,14 @@ def test_a_failed_installer_sends_the_others_to_install_and_nothing_staged_times
     venvshare.give_up(tmp_path, "the installing session's first apply failed")
     assert venvshare.wait(tmp_path, timeout=5) is None
     assert venvshare.wait(tmp_path / "nothing-here", timeout=0.6) is None
+
+
+def test_only_an_installer_with_nothing_staged_sends_the_others_to_install(tmp_path):
+    venvshare.unless_staged("why", {venvshare.VARIABLE: f"seed:{tmp_path}"})
+    assert not (tmp_path / "failed.json").exists()
+    (tmp_path / "venv").mkdir()
+    venvshare.unless_staged("why", {venvshare.VARIABLE: f"install:{tmp_path}"})
+    assert not (tmp_path / "failed.json").exists()
+    (tmp_path / "venv").rmdir()
+    venvshare.unless_staged("why", {venvshare.VARIABLE: f"install:{tmp_path}"})
+    assert venvshare.wait(tmp_path, timeout=1) is None
