@@ -5,14 +5,16 @@ Only ``/v1/*`` with the key and ``/health`` answer; every other route vLLM serve
 own ``/openapi.json``) is refused without the key, ``/invocations`` included; the key is checked
 by Caddy itself; streams pass through as they are made; with ``podkit_tls = "internal"`` the
 client commands trust exactly the CA the deploy pinned, and refuse another; and ``verify`` fails
-with its own exit code (8) on a vLLM started by hand on every interface without the edge.
+with its own exit code (8) when the edge's port reaches vLLM on every interface without the edge.
 """
 
+import contextlib
 import json
-import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -224,33 +226,50 @@ def test_tls_from_the_edge_ca_is_pinned_and_another_ca_refused(serving, tmp_path
         assert restored.rc == 0, restored.stderr[-3000:]
 
 
-def test_verify_fails_on_a_server_started_by_hand_without_the_edge(serving):
-    """The edge stopped and a real ``vllm serve`` started by hand on its port, on every interface:
-    verify says the port is exposed. podkit's own vLLM keeps serving on loopback meanwhile (verify
-    looks at the edge's port), so the re-apply after starts the edge alone."""
+def expose(port: int, target: int) -> socket.socket:
+    """The edge's port opened on every interface straight to vLLM's loopback port, as a forward made by
+    hand would (``socat TCP-LISTEN:PORT,fork TCP:127.0.0.1:VLLM``, ``ssh -L 0.0.0.0:...``, a container's
+    ``-p``): each connection piped both ways by threads of this process, until the listener is shut."""
+    listener = socket.create_server(("0.0.0.0", port))
+
+    def pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def accept() -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:  # the listener was shut
+                return
+            upstream = socket.create_connection(("127.0.0.1", target))
+            threading.Thread(target=pipe, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return listener
+
+
+def test_verify_fails_on_vllm_exposed_on_the_edges_port_without_the_edge(serving):
+    """The edge stopped and its port opened on every interface straight to the real vLLM: verify says
+    the port is exposed (vLLM's own /invocations answers without the key) and held by something that
+    is not podkit's server, and sends it no key. podkit's vLLM serves on throughout, so the re-apply
+    after starts the edge alone."""
     pod = serving
-    edge, _ = ports(pod)
+    edge, vllm = ports(pod)
     served = pod.read_pid("vllm.pid")
     stopped = pod.box.supervisorctl("stop", "edge")
     assert stopped is not None and stopped.returncode == 0, stopped and stopped.stdout + stopped.stderr
-    venv = pod.podkit / "venv"
-    env = {
-        **os.environ,
-        "VLLM_API_KEY": pod.key(),
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-        "VLLM_HOST_IP": "127.0.0.1",
-        "HF_HUB_OFFLINE": "1",
-    }
-    argv = [str(venv / "bin" / "vllm"), "serve", str(pod.box.model_dir), "--served-model-name", "tiny-coder"]
-    argv += ["--host", "0.0.0.0", "--port", str(edge), "--max-model-len", "4096", "--enforce-eager"]
-    argv += ["--kv-cache-memory-bytes", "64M", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
-    log = open(pod.box.state_dir / "by-hand.log", "w")  # noqa: SIM115 (closed below)
-    by_hand = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    listener = expose(edge, vllm)
     try:
-        deadline = time.monotonic() + 180
-        while request_ok(f"http://127.0.0.1:{edge}/health") is False and time.monotonic() < deadline:
-            assert by_hand.poll() is None, (pod.box.state_dir / "by-hand.log").read_text()[-3000:]
-            time.sleep(1)
+        assert request_ok(f"http://127.0.0.1:{edge}/health")
         proc = pod.cli("verify", "inventories/sandbox.py", "--json")
         report = json.loads(proc.stdout)["sandbox"]
         found = {c["name"]: c for c in report["checks"]}
@@ -258,12 +277,8 @@ def test_verify_fails_on_a_server_started_by_hand_without_the_edge(serving):
         assert "/invocations" in found["edge refuses the rest"]["detail"], found["edge refuses the rest"]
         assert not found["port held by podkit"]["ok"]  # and the key was not sent to it
     finally:
-        try:
-            os.killpg(by_hand.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        by_hand.wait(timeout=30)
-        log.close()
+        listener.shutdown(socket.SHUT_RDWR)
+        listener.close()
         restored = pod.apply()
         assert restored.rc == 0, restored.stderr[-3000:]
         assert pod.read_pid("vllm.pid") == served, "the edge's start restarted vLLM"
