@@ -34,7 +34,7 @@ from podkit.sandbox.box import PROJECT_ROOT, SERVED_MODEL_NAME, Applied
 from podkit.sandbox.sshd import PrivateSshd, free_port
 from podkit.sandbox.tinymodel import write_tiny_model
 
-pytestmark = [pytest.mark.e2e, pytest.mark.apart]
+pytestmark = [pytest.mark.e2e, pytest.mark.aside]
 
 
 def run(*argv: str) -> subprocess.CompletedProcess:
