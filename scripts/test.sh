@@ -10,15 +10,6 @@ cd "$(dirname "$0")/.."
 # PYTHONDONTWRITEBYTECODE each would compile its imports from source again (a converged apply costs
 # 0.8 CPU-seconds instead of 1.6)
 unset PYTHONDONTWRITEBYTECODE
-if [ "$#" -eq 0 ]; then
-    logs=$(mktemp -d "${TMPDIR:-/tmp}/podkit-test-XXXXXX")
-    # the coding agents' installs (npm and pip, into their cache folder: tests/e2e/agent_installs.py,
-    # the standard library alone) begin now, beside setup, which keeps at most one core busy: the e2e
-    # session that runs the agents finds them installed, or waits on their locks for the rest
-    python3 -m tests.e2e.agent_installs >"$logs/agents" 2>&1 &
-    agents=$!
-    trap 'kill "$agents" 2>/dev/null || true' EXIT
-fi
 bash scripts/setup.sh
 # The checks beside the tests: ruff (pinned in the test extra, configured in pyproject.toml), lint
 # and format; the docs site, where a broken link, anchor or generated table fails (no network needed;
@@ -44,6 +35,7 @@ fi
 # of one core on a fresh clone) run beside them too. The reports of the sessions run in the background
 # follow the main one's; the command fails if any session does. The e2e sessions collect tests/e2e alone (the
 # whole suite's collection costs each about 5 CPU-seconds more, before its installs can begin).
+logs=$(mktemp -d "${TMPDIR:-/tmp}/podkit-test-XXXXXX")
 mkdir "$logs/venv"
 checks >"$logs/checks" 2>&1 &
 checked=$!
@@ -53,7 +45,7 @@ PODKIT_E2E_VENV="seed:$logs/venv" .venv/bin/python -m pytest -m "e2e and apart" 
 apart=$!
 PODKIT_E2E_VENV="seed:$logs/venv" .venv/bin/python -m pytest -m "e2e and aside" tests/e2e >"$logs/aside" 2>&1 &
 aside=$!
-trap 'kill "$agents" "$checked" "$fast" "$apart" "$aside" 2>/dev/null || true' EXIT
+trap 'kill "$checked" "$fast" "$apart" "$aside" 2>/dev/null || true' EXIT
 e2e_rc=0
 PODKIT_E2E_VENV="install:$logs/venv" .venv/bin/python -m pytest -m "e2e and not apart and not aside" tests/e2e || e2e_rc=$?
 apart_rc=0
@@ -64,11 +56,7 @@ fast_rc=0
 wait "$fast" || fast_rc=$?
 checks_rc=0
 wait "$checked" || checks_rc=$?
-wait "$agents" || true  # ended long before: the session that ran the agents waited for each
 trap - EXIT
-echo
-echo "=== the coding agents' installs, begun beside setup"
-cat "$logs/agents"
 echo
 echo "=== ruff, mkdocs build --strict and mypy podkit podkit_cli, run beside the above: exit $checks_rc"
 cat "$logs/checks"
