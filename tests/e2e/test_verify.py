@@ -2,7 +2,8 @@
 the tiny model's tool call parsed by hermes; the key checks on the host, clean and then failing
 where the key was planted (a process's argv, the server log); and an inventory of several hosts
 checked at once, one of them without SSH. A missing or wrong parser is verify's reading of vLLM's
-recorded replies (tests/unit/test_verify.py). The tests only read the sandbox: it is converged once
+replies recorded on this sandbox (tests/fixtures/toolcalls/, read by tests/unit/test_verify.py): each
+launch here would cost a vLLM check and two starts (it, and the defaults again). The tests only read the sandbox: it is converged once
 for the module (``converged``), and each leaves it as it found it.
 """
 
@@ -49,13 +50,6 @@ def test_the_tool_call_is_parsed_with_hermes_and_the_clean_host_passes_the_key_c
     assert found["key not in scripts"]["detail"].startswith(
         "not in Caddyfile, edge.sh, env.sh, launch.sh, supervisord.conf, edge ("
     ), found["key not in scripts"]["detail"]
-
-
-# A server started without a tool-call parser, or with a wrong one, is read by verify from vLLM's own
-# replies in tests/unit/test_verify.py, recorded on this sandbox (tests/fixtures/toolcalls/): without
-# the flags, the 400 vLLM gives tool_choice "auto" (exit 5, naming vllm_tool_call_parser); under
-# pythonic, the call left as text; under qwen3_coder on this model, the call eaten whole. Each launch
-# here would cost a vLLM check and two starts (it, and the defaults again).
 
 
 def plant_in_log(log, key):

