@@ -129,6 +129,31 @@ RULES: list[tuple[str, str, str, str]] = [
 
 _COMPILED = [(name, re.compile(pattern, re.IGNORECASE), cause, fix) for name, pattern, cause, fix in RULES]
 
+#: The failures every start of the same launch meets again: a setting vLLM refuses, a context its KV
+#: cache cannot hold, a model that is not there. The deploy stops waiting at the first such exit
+#: instead of watching the supervisor retry it (on a GPU each retry loads the weights again). Left
+#: out, and retried: the port taken and running out of memory (another process may free them) and no
+#: device found (a restarted pod's GPU can come back).
+LASTING = frozenset(
+    {
+        "api_key_empty",
+        "tool_parser_unknown",
+        "reasoning_parser_unknown",
+        "max_model_len_over_model",
+        "kv_cache_too_small",
+        "model_missing",
+        "model_gated",
+        "cuda_packages_on_cpu",
+        "bad_argument",
+        "vllm_metadata",
+    }
+)
+
+
+def lasting_patterns() -> list[str]:
+    """The patterns of the :data:`LASTING` rules, for podctl's wait on the host (matched ignoring case)."""
+    return [pattern for name, pattern, _cause, _fix in RULES if name in LASTING]
+
 
 def current_start(log_lines: list[str]) -> list[str]:
     """The lines after the last start marker: what the server now running (or failing)

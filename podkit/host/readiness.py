@@ -4,8 +4,9 @@ The deploy polls through podctl's ``wait`` on the host (so a port that is not
 exposed still works), a window of a few seconds per round trip, and prints a
 progress line after each: elapsed time, what /health says, the log's last line.
 It stops early when the supervisor is gone, a program is left stopped (FATAL),
-or the server keeps crashing (it has exited ``CRASH_LIMIT`` times and none runs now), and then names the cause found
-in the current start's log lines (``podkit.host.diagnose``). The live endpoint
+or the server keeps crashing (it has exited ``CRASH_LIMIT`` times and none runs now, or once for a cause
+every start of the same launch meets again: ``podkit.host.diagnose.LASTING``), and then names the cause found
+in the failed start's log lines (``podkit.host.diagnose``). The live endpoint
 always comes first: a server that answers when readiness looks is up, whatever
 an exit count left from earlier starts or an old line of the log say.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from podkit.host.diagnose import diagnose
+from podkit.host.diagnose import diagnose, lasting_patterns
 from podkit.host.podctl import read_answer
 from podkit.host.probe import server_config
 from podkit.host.startup import STARTUP_NEEDLES, compare, parse_startup, row_text
@@ -47,6 +48,8 @@ def wait_config(
         "log_file": settings.paths.router_log if settings.role == "router" else settings.paths.log_file,
         "window": window,
         "crash_limit": CRASH_LIMIT,
+        # one exit for one of these is enough: the next start of the same launch fails the same way
+        "lasting_failures": lasting_patterns(),
         "tail_lines": 200,  # vLLM prints the root cause far above its last lines
         "plan_file": settings.paths.plan_file,
         "startup_needles": list(STARTUP_NEEDLES),
@@ -72,6 +75,7 @@ class WaitResult:
     recorded: dict | None = None  # what podctl kept of a ready start: {"start": True, "profile": bytes or None}
     crashes_before: int = 0  # exits counted before this wait: not this start's
     stopped: dict | None = None  # the server was stopped on purpose during the wait: the marker (by, why)
+    lasting: str | None = None  # a start of this wait exited for a cause the next meets again: its log line
 
     @classmethod
     def parse(cls, output: str, errors: str = "", status: int | None = None) -> WaitResult:
@@ -96,6 +100,7 @@ class WaitResult:
             recorded=data.get("recorded"),
             crashes_before=int(data.get("crashes_before") or 0),
             stopped=data.get("stopped") if isinstance(data.get("stopped"), dict) else None,
+            lasting=data.get("lasting") if isinstance(data.get("lasting"), str) else None,
         )
 
     def start_checked(self) -> list[str]:
@@ -112,8 +117,10 @@ class WaitResult:
     @property
     def crashed(self) -> bool:
         """The server has exited ``CRASH_LIMIT`` times since the wait began and none runs now (exits
-        counted before are not this start's: one that is starting may yet answer)."""
-        return self.crashes - self.crashes_before >= CRASH_LIMIT and not self.server_alive
+        counted before are not this start's: one that is starting may yet answer), or it exited once
+        for a cause the next start meets again (``lasting``), whether or not the supervisor began it."""
+        exits = self.crashes - self.crashes_before
+        return (exits >= CRASH_LIMIT and not self.server_alive) or (exits >= 1 and self.lasting is not None)
 
     @property
     def hopeless(self) -> bool:
@@ -159,7 +166,10 @@ class WaitResult:
         if not self.runner_alive:
             what = f"{settings.supervisor} is not running"
         elif self.crashed:
-            what = f"vLLM exited {self.crashes - self.crashes_before} times"
+            exits = self.crashes - self.crashes_before
+            what = "vLLM exited once" if exits == 1 else f"vLLM exited {exits} times"
+            if self.lasting is not None and exits < CRASH_LIMIT:
+                what += " (another start would fail the same way)"
         else:
             what = f"vLLM did not answer within {settings.ready_timeout:.0f}s (podkit_ready_timeout)"
         found = diagnose(self.log_tail)

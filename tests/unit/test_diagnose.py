@@ -108,13 +108,15 @@ def readiness_cfg(tmp_path):
     started = [stand_in_supervisord(conf)]
     (run / "supervisord.pid").write_text(f"{started[0].pid}\n")
 
-    def make(port, crashes, server_alive):
+    def make(port, crashes, server_alive, crashes_before=0, lasting=False, log_text=None):
         (run / "crashes").write_text(f"{crashes}\n")
         if server_alive:
             started.append(subprocess.Popen(["sleep", "60"]))
             (run / "vllm.pid").write_text(pid_line(started[-1].pid))
         log = tmp_path / "vllm.log"
-        log.write_text(as_launch_sh_writes_it((LOGS / "earlier_start_failed_current_starting.log").read_text()))
+        log.write_text(
+            log_text or as_launch_sh_writes_it((LOGS / "earlier_start_failed_current_starting.log").read_text())
+        )
         key = tmp_path / "api_key"
         key.write_text("k\n")
         cfg = {
@@ -130,8 +132,13 @@ def readiness_cfg(tmp_path):
             "log_file": str(log),
             "window": 2,
             "crash_limit": 2,
+            "crashes_before": crashes_before,
             "tail_lines": 200,
         }
+        if lasting:  # as the deploy sends it (podkit.host.readiness.wait_config)
+            from podkit.host.diagnose import lasting_patterns
+
+            cfg["lasting_failures"] = lasting_patterns()
         return json.loads(json.dumps(cfg))
 
     yield make
@@ -166,6 +173,58 @@ def test_with_no_server_running_the_exit_count_ends_the_wait(readiness_cfg):
 
     result = WaitResult.parse(json.dumps(podctl.wait(readiness_cfg(port=1, crashes=5, server_alive=False))))
     assert result.hopeless and "vLLM exited 5 times" in result.failure(_settings(), 30)
+
+
+@pytest.mark.proc
+def test_one_exit_for_a_lasting_cause_ends_the_wait_while_the_supervisor_starts_again(readiness_cfg):
+    """The start this wait watches exited once because its KV cache cannot hold one request, and the
+    supervisor has begun the next start of the same launch: the wait ends at once, names the failed
+    start's cause from that start's own lines, and does not sit through the next one."""
+    import time
+
+    from podkit.host.readiness import WaitResult
+    from tests.helpers import podctl
+
+    began = time.monotonic()
+    result = WaitResult.parse(
+        json.dumps(podctl.wait(readiness_cfg(port=1, crashes=1, server_alive=True, lasting=True)))
+    )
+    assert time.monotonic() - began < 1.5, "sat through the next start of a launch that cannot start"
+    assert result.hopeless and result.server_alive and "KV cache is needed" in result.lasting
+    assert result.log_tail[-1].endswith("vLLM exited with status 1 after 40s (exit 1 since start); restarting in 2s")
+    assert not any("Triton is installed" in line for line in result.log_tail)  # not the next start's lines
+    assert result.failure(_settings(), 12).startswith(
+        "vLLM exited once (another start would fail the same way) after 12s: "
+        "the KV cache cannot hold one request of vllm_max_model_len tokens"
+    )
+
+
+@pytest.mark.parametrize(
+    "crashes, crashes_before, log",
+    [
+        # the failed start was before this wait (the deploy did not restart the server): not this start's
+        (5, 5, "earlier_start_failed_current_starting"),
+        # a port another process held: it may be free at the next start
+        (1, 0, "port_in_use"),
+    ],
+    ids=["an exit before the wait", "a cause a retry can outlast"],
+)
+@pytest.mark.proc
+def test_a_start_is_waited_for_after_an_exit_that_was_not_this_waits_or_not_lasting(
+    readiness_cfg, crashes, crashes_before, log
+):
+    from podkit.host.readiness import WaitResult
+    from tests.helpers import podctl
+
+    text = as_launch_sh_writes_it((LOGS / f"{log}.log").read_text())
+    if log == "port_in_use":  # that start exited, and the supervisor began the next
+        text = f"2025-11-22T02:40:00Z podkit: starting vLLM\n{text}2025-11-22T02:41:00Z podkit: vLLM exited with status 1\n"
+        text += "2025-11-22T02:41:00Z podkit: starting vLLM\n"
+    cfg = readiness_cfg(
+        port=1, crashes=crashes, server_alive=True, crashes_before=crashes_before, lasting=True, log_text=text
+    )
+    result = WaitResult.parse(json.dumps(podctl.wait(cfg)))
+    assert not result.hopeless and result.lasting is None
 
 
 @pytest.mark.proc

@@ -83,6 +83,31 @@ def start_lines(path, count):
 
 # launch.sh's start line, and the one podkit's own runner wrote before supervisord (a log from then)
 START_MARKERS = ("podkit: starting vLLM", "podkit-runner: starting vLLM", "podkit: starting the router")
+# what launch.sh logs when the server it started has exited
+EXIT_LINE = re.compile(r"podkit(-runner)?: (vLLM|the router) exited with status")
+
+
+def failed_start_lines(path):
+    """The lines of the last start that exited: from its start marker to launch.sh's line saying it
+    exited (the supervisor may have begun the next start since); [] when none exited."""
+    lines = log_lines(path, 1 << 20)
+    for end in range(len(lines) - 1, -1, -1):
+        if EXIT_LINE.search(lines[end]):
+            begin = end
+            while begin > 0 and not any(marker in lines[begin - 1] for marker in START_MARKERS):
+                begin -= 1
+            return lines[begin : end + 1]
+    return []
+
+
+def lasting_failure(lines, patterns):
+    """The first line of ``lines`` that one of ``patterns`` (regular expressions, ignoring case) finds:
+    a failure every start of the same launch meets again; None when no pattern matches."""
+    compiled = [re.compile(pattern, re.IGNORECASE) for pattern in patterns]
+    for line in lines:
+        if any(pattern.search(line) for pattern in compiled):
+            return line[-400:]
+    return None
 
 
 def record_start(cfg, lines, began):

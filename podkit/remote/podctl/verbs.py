@@ -40,8 +40,10 @@ from podkit.remote.podctl.processes import listen_addresses, listener, reap
 from podkit.remote.podctl.server import (
     edge_health,
     endpoint,
+    failed_start_lines,
     generation_config,
     key_leaks,
+    lasting_failure,
     openapi_routes,
     port_listening,
     record_start,
@@ -117,9 +119,11 @@ def probe(cfg):
 def wait(cfg):
     """Poll the local server for up to ``window`` seconds; stop early when it answers, when its
     supervisor is gone, or when it has exited ``crash_limit`` times and no server runs now (a count
-    left from earlier starts is no reason to give up on a server that is still starting). The
-    endpoint is asked first: a server that answers is ready, whatever the count or the log say.
-    The log tail is the current start's (after the last start marker)."""
+    left from earlier starts is no reason to give up on a server that is still starting), or once
+    with a failure of ``lasting_failures`` in its lines (the next start of the same launch meets it
+    again, so the one the supervisor began is not waited for). The endpoint is asked first: a server
+    that answers is ready, whatever the count or the log say. The log tail is the current start's
+    (after the last start marker), or the failed start's when its failure ended the wait."""
     began = time.time()
     deadline = began + cfg.get("window", 10)
     while True:
@@ -131,7 +135,9 @@ def wait(cfg):
         )
         runner = supervisor_state(cfg)
         since = runner["crashes"] - cfg.get("crashes_before", 0)  # exits before the wait are not this start's
-        crashed = since >= cfg.get("crash_limit", 2) and not runner["vllm_pid"]
+        failed = failed_start_lines(cfg["log_file"]) if since >= 1 and not ready else []
+        lasting = lasting_failure(failed, cfg.get("lasting_failures") or []) if failed else None
+        crashed = (since >= cfg.get("crash_limit", 2) and not runner["vllm_pid"]) or lasting is not None
         # stopped on purpose (podkit down, the idle watcher) while the deploy waits: no point waiting
         stopped = stopped_on_purpose(cfg, runner)
         fatal = runner["programs"].get(cfg.get("program", "vllm")) in ("FATAL", "FAILED") or runner["programs"].get(
@@ -145,6 +151,12 @@ def wait(cfg):
             break
         time.sleep(1)
     tail = log_lines(cfg["log_file"], 1)
+    if ready:
+        log_tail = None
+    elif lasting:
+        log_tail = failed[-cfg.get("tail_lines", 60) :]
+    else:
+        log_tail = start_lines(cfg["log_file"], cfg.get("tail_lines", 60))
     state.update(
         ready=ready,
         runner=runner,
@@ -152,7 +164,8 @@ def wait(cfg):
         stopped=None if ready else stopped,
         ca_root=read_text(cfg["ca_root"]) if ready and cfg.get("ca_root") else None,
         last_log_line=tail[-1][-240:] if tail else None,
-        log_tail=None if ready else start_lines(cfg["log_file"], cfg.get("tail_lines", 60)),
+        log_tail=log_tail,
+        lasting=lasting,
         # a ready server's start, beside what the deploy predicted for it
         startup=startup_lines(cfg["log_file"], cfg.get("startup_needles") or []) if ready else None,
         plan=read_json_dict(cfg["plan_file"]) if ready and cfg.get("plan_file") else None,
