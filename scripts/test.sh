@@ -10,6 +10,18 @@ cd "$(dirname "$0")/.."
 # PYTHONDONTWRITEBYTECODE each would compile its imports from source again (a converged apply costs
 # 0.8 CPU-seconds instead of 1.6)
 unset PYTHONDONTWRITEBYTECODE
+logs=$(mktemp -d "${TMPDIR:-/tmp}/podkit-test-XXXXXX")
+# Every test: the coding agents and clients the e2e layer runs (tests/e2e/agent_installs.py, pinned,
+# installed from npm and PyPI into a cache the e2e session finds them in) begin before the setup,
+# with the system's python3 (the module needs only the standard library), at a lower priority: the
+# setup's pip keeps one core busy and the other mostly waits, and nothing waits for these until the
+# agents' tests. A failed one is installed again by the session.
+installs=
+if [ "$#" -eq 0 ]; then
+    nice -n 10 python3 -m tests.e2e.agent_installs >"$logs/installs" 2>&1 &
+    installs=$!
+    trap 'kill "$installs" 2>/dev/null || true' EXIT
+fi
 bash scripts/setup.sh
 # The checks beside the tests: ruff (pinned in the test extra, configured in pyproject.toml), lint
 # and format; the docs site, where a broken link, anchor or generated table fails (no network needed;
@@ -20,6 +32,7 @@ checks() {
         && NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet && .venv/bin/mypy podkit podkit_cli
 }
 if [ "$#" -gt 0 ]; then
+    rm -rf "$logs"
     checks
     exec .venv/bin/python -m pytest "$@"
 fi
@@ -35,7 +48,6 @@ fi
 # of one core on a fresh clone) run beside them too. The reports of the sessions run in the background
 # follow the main one's; the command fails if any session does. The e2e sessions collect tests/e2e alone (the
 # whole suite's collection costs each about 5 CPU-seconds more, before its installs can begin).
-logs=$(mktemp -d "${TMPDIR:-/tmp}/podkit-test-XXXXXX")
 mkdir "$logs/venv"
 checks >"$logs/checks" 2>&1 &
 checked=$!
@@ -45,7 +57,7 @@ PODKIT_E2E_VENV="seed:$logs/venv" .venv/bin/python -m pytest -m "e2e and apart" 
 apart=$!
 PODKIT_E2E_VENV="seed:$logs/venv" .venv/bin/python -m pytest -m "e2e and aside" tests/e2e >"$logs/aside" 2>&1 &
 aside=$!
-trap 'kill "$checked" "$fast" "$apart" "$aside" 2>/dev/null || true' EXIT
+trap 'kill "$checked" "$fast" "$apart" "$aside" "$installs" 2>/dev/null || true' EXIT
 e2e_rc=0
 PODKIT_E2E_VENV="install:$logs/venv" .venv/bin/python -m pytest -m "e2e and not apart and not aside" tests/e2e || e2e_rc=$?
 apart_rc=0
@@ -56,6 +68,7 @@ fast_rc=0
 wait "$fast" || fast_rc=$?
 checks_rc=0
 wait "$checked" || checks_rc=$?
+wait "$installs" || true  # its outcome is the e2e session's: a failed install was done again there
 trap - EXIT
 echo
 echo "=== ruff, mkdocs build --strict and mypy podkit podkit_cli, run beside the above: exit $checks_rc"
@@ -69,6 +82,9 @@ cat "$logs/aside"
 echo
 echo "=== the fast layer (pytest -m \"not e2e\"), run beside the above: exit $fast_rc"
 cat "$logs/fast"
+echo
+echo "=== the agents' and clients' installs, begun before the setup (python3 -m tests.e2e.agent_installs)"
+cat "$logs/installs"
 rm -rf "$logs"
 echo "=== e2e (not apart, not aside): exit $e2e_rc; e2e (apart): exit $apart_rc; e2e (aside): exit $aside_rc;" \
     "fast layer: exit $fast_rc; ruff, mkdocs and mypy: exit $checks_rc"

@@ -1,13 +1,16 @@
-"""The real coding agents, pinned, each installed the way its users install it into a folder of its own.
+"""The real coding agents and clients, pinned, each installed the way its users install it into a folder of its own.
 
-npm agents go into an ``npm --prefix`` folder, PyPI agents into a venv, both under a cache folder
-keyed by package and version (``$PODKIT_AGENT_CACHE``, default ``~/.cache/podkit/e2e-agents``), so a
-second run on the same machine reuses them; npm's and pip's own caches are used as they are. A folder
+npm agents go into an ``npm --prefix`` folder, PyPI agents and the clients (Hermes Agent, llm, the
+Agents SDK) into a venv, all under a cache folder keyed by package and version
+(``$PODKIT_AGENT_CACHE``, default ``~/.cache/podkit/e2e-agents``), so a second run on the same machine
+reuses them; npm's and pip's own caches are used as they are. scripts/test.sh begins them before its
+setup (the setup's pip keeps one core busy and leaves the other waiting), with the system's python3:
+this module needs only the standard library. A folder
 counts as installed only once its marker file is written after the last install step worked (a venv
 cannot be renamed into place: its scripts name their folder), so a killed run's half install is
 started again; a lock file keeps two sessions from installing the same one at once.
 
-    python -m tests.e2e.agent_installs [AGENT...]   # install (or find) them, print seconds each
+    python3 -m tests.e2e.agent_installs [NAME...]   # install (or find) them (all: none named), print seconds each
 """
 
 import fcntl
@@ -29,16 +32,18 @@ MARKER = ".podkit-installed"
 @dataclass(frozen=True)
 class Agent:
     """+ package: the npm or PyPI name; + version: pinned exactly; + command: the program it installs;
-    + via: "npm" or "pip"."""
+    + via: "npm" or "pip"; + extra: more pinned requirements installed beside it (a client whose own
+    requirements leave ``openai`` floating)."""
 
     package: str
     version: str
     command: str
     via: str
+    extra: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
-        return f"{self.package.replace('/', '+')}@{self.version}"
+        return "+".join([f"{self.package.replace('/', '+')}@{self.version}", *self.extra])
 
     def folder(self, root: Path) -> Path:
         return root / self.key
@@ -72,7 +77,7 @@ class Agent:
         pip = str(into / "bin" / "python")
         return [
             [sys.executable, "-m", "venv", str(into)],
-            [pip, *PIP_INSTALL, f"{self.package}=={self.version}"],
+            [pip, *PIP_INSTALL, f"{self.package}=={self.version}", *self.extra],
         ]
 
 
@@ -89,6 +94,20 @@ AGENTS: dict[str, Agent] = {
     "aider": Agent("aider-chat", "0.86.2", "aider", "pip"),
     "mini-swe-agent": Agent("mini-swe-agent", "2.4.6", "mini", "pip"),
 }
+
+#: The clients podkit's users run, pinned: their config formats and flags are what tests/e2e/test_clients.py
+#: checks. llm and openai-agents leave openai floating: pinned to podkit's own. The Agents SDK has no
+#: program of its own: its venv's python runs the test's program.
+CLIENTS: dict[str, Agent] = {
+    "hermes": Agent("hermes-agent", "0.19.0", "hermes", "pip"),
+    "llm": Agent("llm", "0.36", "llm", "pip", extra=("openai==3.54.0",)),
+    "agents": Agent("openai-agents", "0.24.0", "python", "pip", extra=("openai==3.54.0",)),
+}
+
+
+def named(name: str) -> Agent:
+    """The agent or client of that name."""
+    return AGENTS[name] if name in AGENTS else CLIENTS[name]
 
 
 def cache_root() -> Path:
@@ -164,7 +183,7 @@ def install(names: list[str], root: Path | None = None) -> dict[str, Installed]:
     result: dict[str, Installed] = {}
     running: dict[str, _Install] = {}
     for name in sorted(names):  # one order for every session: their locks cannot deadlock
-        agent = AGENTS[name]
+        agent = named(name)
         if agent.installed(root):
             result[name] = Installed(agent.program(root), 0.0, True)
             continue
@@ -181,6 +200,6 @@ def install(names: list[str], root: Path | None = None) -> dict[str, Installed]:
 
 
 if __name__ == "__main__":
-    for name, got in install(sys.argv[1:] or list(AGENTS)).items():
+    for name, got in install(sys.argv[1:] or [*AGENTS, *CLIENTS]).items():
         how = "reused" if got.reused else f"installed in {got.seconds} s"
-        print(f"{name:15} {AGENTS[name].package}@{AGENTS[name].version}: {how if got.program else got.error}")
+        print(f"{name:15} {named(name).key}: {how if got.program else got.error}")

@@ -19,7 +19,7 @@ import pytest
 
 from podkit.sandbox.box import Applied, Sandbox
 from testing import venvshare
-from tests.e2e.agent_installs import AGENTS
+from tests.e2e.agent_installs import AGENTS, cache_root
 from tests.e2e.early import Early
 
 EARLY = pytest.StashKey[Early]()
@@ -48,7 +48,7 @@ def pytest_collection_finish(session):
         factory.mktemp("early"),
         sandbox=factory.mktemp("sandbox") if installs else None,
         agents=list(AGENTS) if "agent_programs" in needs else [],
-        clients=factory.mktemp("client-venvs") if "client_venvs" in needs else None,
+        clients=cache_root() if "client_venvs" in needs else None,
     )
 
 
@@ -176,7 +176,7 @@ def pod(early, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def client_venvs(early):
-    """One venv per real client (tests/e2e/early.py: ``CLIENT_PACKAGES``), installed from PyPI at
+    """One venv per real client (tests/e2e/agent_installs.py: ``CLIENTS``), installed from PyPI at
     collection: ``{"hermes": ..., "llm": ..., "agents": ...}``, each venv's ``bin/``."""
     installed = early.wait("clients")
     assert not installed["failed"], installed["failed"]

