@@ -55,7 +55,7 @@ def local_address(host):
     return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
 
 
-_OPENER = []
+_OPENER = []  # type: list[urllib.request.OpenerDirector]
 
 
 def loopback_opener():
