@@ -49,7 +49,9 @@ fi
 # follow the main one's; the command fails if any session does. The e2e sessions collect tests/e2e alone (the
 # whole suite's collection costs each about 5 CPU-seconds more, before its installs can begin).
 mkdir "$logs/venv"
-checks >"$logs/checks" 2>&1 &
+# (the checks at a lower priority: nothing waits for them before the end, and the sessions' first
+# minutes, when the installing session's vLLM install and first start hold the others up, are busy)
+(renice -n 10 -p "$BASHPID" >/dev/null 2>&1 || true; checks) >"$logs/checks" 2>&1 &
 checked=$!
 .venv/bin/python -m pytest -m "not e2e" >"$logs/fast" 2>&1 &
 fast=$!
