@@ -10,7 +10,6 @@ cd "$(dirname "$0")/.."
 # PYTHONDONTWRITEBYTECODE each would compile its imports from source again (a converged apply costs
 # 0.8 CPU-seconds instead of 1.6)
 unset PYTHONDONTWRITEBYTECODE
-logs=$(mktemp -d "${TMPDIR:-/tmp}/podkit-test-XXXXXX")
 # Every test: the coding agents and clients the e2e layer runs (tests/e2e/agent_installs.py, pinned,
 # installed from npm and PyPI into a cache the e2e session finds them in) begin before the setup,
 # with the system's python3 (the module needs only the standard library), at a lower priority: the
@@ -18,6 +17,7 @@ logs=$(mktemp -d "${TMPDIR:-/tmp}/podkit-test-XXXXXX")
 # agents' tests. A failed one is installed again by the session.
 installs=
 if [ "$#" -eq 0 ]; then
+    logs=$(mktemp -d "${TMPDIR:-/tmp}/podkit-test-XXXXXX")
     nice -n 10 python3 -m tests.e2e.agent_installs >"$logs/installs" 2>&1 &
     installs=$!
     trap 'kill "$installs" 2>/dev/null || true' EXIT
@@ -32,7 +32,6 @@ checks() {
         && NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet && .venv/bin/mypy podkit podkit_cli
 }
 if [ "$#" -gt 0 ]; then
-    rm -rf "$logs"
     checks
     exec .venv/bin/python -m pytest "$@"
 fi

@@ -70,15 +70,18 @@ def port_listening(cfg):
     return found
 
 
+def since_last_start(lines):
+    """``lines`` after the last start marker in them (all of them when there is none)."""
+    for index in range(len(lines) - 1, -1, -1):
+        if any(marker in lines[index] for marker in START_MARKERS):
+            return lines[index + 1 :]
+    return lines
+
+
 def start_lines(path, count):
     """The last ``count`` lines of the server log since the last start marker: the
     current start's, so a failure of an earlier start (or an earlier run) is not blamed."""
-    lines = log_lines(path, 1 << 20)
-    for index in range(len(lines) - 1, -1, -1):
-        if any(marker in lines[index] for marker in START_MARKERS):
-            lines = lines[index + 1 :]
-            break
-    return lines[-count:]
+    return since_last_start(log_lines(path, 1 << 20))[-count:]
 
 
 # launch.sh's start line, and the one podkit's own runner wrote before supervisord (a log from then)
@@ -93,10 +96,7 @@ def failed_start_lines(path):
     lines = log_lines(path, 1 << 20)
     for end in range(len(lines) - 1, -1, -1):
         if EXIT_LINE.search(lines[end]):
-            begin = end
-            while begin > 0 and not any(marker in lines[begin - 1] for marker in START_MARKERS):
-                begin -= 1
-            return lines[begin : end + 1]
+            return since_last_start(lines[: end + 1])
     return []
 
 
