@@ -35,6 +35,7 @@ class Architecture:
     dense_intermediate_size: int = 0  # those layers' MLP width
     tied_embeddings: bool = False  # the LM head is the embedding matrix (one copy in the checkpoint)
     model_type: str = ""  # config.json's model_type (vLLM sets some things per model type)
+    quant_method: str = ""  # config.json's quantization_config.quant_method ("mxfp4", "fp8", ...)
 
     @property
     def is_moe(self) -> bool:
@@ -69,6 +70,7 @@ class Architecture:
             max_position_embeddings=int(c.get("max_position_embeddings") or 1 << 30),
             tied_embeddings=bool(c.get("tie_word_embeddings", False)),
             model_type=str(config.get("model_type") or ""),
+            quant_method=str((config.get("quantization_config") or {}).get("quant_method") or ""),
         )
         if routed > 1 and experts:  # gpt-oss names one expert's width intermediate_size
             common.update(

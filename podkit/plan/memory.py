@@ -254,7 +254,9 @@ def plan_memory(
         fits, reason = True, f"{tokens} KV cache tokens, {tokens / wanted:.1f} requests of {wanted} at once"
     graphs_out, sampler = warmup_need_gib(arch, ov, vllm_version)
     freed = warmup_freed_gib(ov, arch, tp, vllm_version)
-    room = warmup_room_gib(gpu_memory_gib, gpu_memory_utilization, freed, context_gib(tp, pp, vllm_version))
+    room = warmup_room_gib(
+        gpu_memory_gib, gpu_memory_utilization, freed, context_gib(tp, pp, vllm_version, arch.is_moe)
+    )
     fixes: list[str] = []
     need = graphs_out + sampler
     short = fits and need > room
@@ -277,7 +279,7 @@ def plan_memory(
             available_gib=available,
             kv_bytes_per_token=kv_bytes,
             freed=freed,
-            context=context_gib(tp, pp, vllm_version),
+            context=context_gib(tp, pp, vllm_version, arch.is_moe),
             freed_per_seq=ov.sampler_bytes * arch.vocab_size / GIB if freed else 0.0,
         )
     return MemoryPlan(

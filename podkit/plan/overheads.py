@@ -53,6 +53,12 @@ SAMPLER_PROFILE_BYTES = 15
 #: 79.18 GiB free at start).
 CUDA_CONTEXT_GIB = 0.5
 CUDA_CONTEXT_MULTI_GPU_GIB = 1.4
+#: A mixture-of-experts model's GPUs hold one more NCCL communicator there: vLLM creates the
+#: expert-parallel group only for MoE models ("Don't create EP group for dense models",
+#: ``initialize_model_parallel``), even without expert parallelism. The same 0.19.0 logs give 1.99-2.05
+#: GiB a GPU for the four MoE launches at TP 2 and 4 (Mixtral-8x7B, Kimi-VL-A3B, gpt-oss-20b,
+#: Llama-4-Scout) and 1.43-1.53 for the six dense ones.
+CUDA_CONTEXT_MOE_MULTI_GPU_GIB = 2.0
 #: A pipeline without tensor parallelism keeps 0.07 GiB of non-torch memory a stage (no all-reduce
 #: buffers): every stage of the vLLM 0.19.0 Llama-3.1-8B PP 2 and PP 4 launches logged it.
 PIPELINE_NON_TORCH_GIB = 0.07
@@ -63,6 +69,13 @@ PIPELINE_NON_TORCH_GIB = 0.07
 #: GiB for 24 layers, with 83 sizes up to 1024): their figure is a floor. Half of it on smaller cards.
 GRAPH_BASE_GIB = 0.45
 GRAPH_LAYER_GIB = 0.015
+#: Quantization methods whose MoE kernels allocate their working tensors inside the call and free
+#: them, so that no fused-MoE cache stays beside the profiling run's sampler: vLLM runs MXFP4 experts
+#: (gpt-oss) on Hopper with OpenAI's Triton kernels ("workspace are allocated inside the kernel").
+#: gpt-oss-20b's 0.19.0 logs give a 2.87 GiB torch peak at TP 1 and TP 2, at utilization 0.9 and 0.95:
+#: the sampler's 15 B a logit and the batch's hidden states (2.90), where the caches beside them would
+#: make 3.62 and 3.36.
+MOE_CACHES_FREED_IN_KERNEL = ("mxfp4",)
 #: Bytes per logit the sampler warm-up holds beyond the fp32 logits profiling reserved: the LM
 #: head's bf16 logits (2), then top-k/top-p's sort, fp32 values (4) and int64 indices (8), and the
 #: fp32 probabilities (4). Bounded by two public H100 launches at utilization 0.95 with 1024
@@ -73,12 +86,15 @@ SAMPLER_WARMUP_BYTES = 18
 #: warm-up holds in all, in the memory outside the budget plus the profiling peak, which is free
 #: again by then. Set on the vLLM 0.17-0.19 launches at utilization 0.95 with 1024 dummy requests on
 #: H100s in tests/fixtures/kv_reference_cases.json (llm-d-planner PR 205 and its version sweep), with
-#: the plan's own peak, graph and context figures: every one that started is let through, the
-#: tightest Qwen2.5-72B and Kimi-Dev-72B at TP 2 (they would refuse above 22.1 B; 21 leaves them
-#: 0.15 GiB). The warm-up itself holds at least the profile's 15 B and one more fp32 copy: gpt-oss-20b's
-#: out-of-memory line shows 2.17 GiB live and 786 MiB asked. Its two failures at 0.95 are not caught:
-#: by the plan's figures they had more room than the 72B launches that started (see the test).
-SAMPLER_WARMUP_BYTES_FREED = 21
+#: the plan's own peak, graph and context figures, which match those logs' own for the room: every one
+#: that started is let through, the tightest Llama-4-Scout at TP 4 (vocabulary 202,048, 5.10 GiB of room
+#: by the plan and by its log: it would refuse above 20.4 B; 20 leaves it 0.08 GiB) and Qwen2.5-72B and
+#: Kimi-Dev-72B at TP 2 (22.1 B). The warm-up itself holds at least the profile's 15 B and one more fp32
+#: copy (19): gpt-oss-20b's out-of-memory line at TP 1 shows 2.17 GiB live and 786 MiB asked. Its TP 2
+#: failure at 0.95 is caught (0.57 GiB short); its TP 1 failure is not: it failed with more room after
+#: its graphs (4.48 GiB, its log's figures) than Llama-4-Scout started with (3.97), at the same
+#: vocabulary, so no rule of room and logits separates them (see the test).
+SAMPLER_WARMUP_BYTES_FREED = 20
 
 
 def _major_minor(version: str) -> tuple[int, ...]:
@@ -124,7 +140,8 @@ class Overheads:
     (``profile``): before 0.14 the sampler's fp32 logits for ``max_num_seqs`` dummy requests, added
     (``"forward"``); 0.14-0.16 the whole batch's logits, added (``"batch_logits"``); 0.17-0.20 the
     sampler's working tensors, which set the peak unless the forward pass is larger, the fused-MoE
-    caches staying beside them (``"sampler"``). Non-torch memory is ~0.15-0.25 GiB on one GPU and
+    caches staying beside them unless the experts' kernels free theirs
+    (:data:`MOE_CACHES_FREED_IN_KERNEL`) (``"sampler"``). Non-torch memory is ~0.15-0.25 GiB on one GPU and
     grows with tensor parallelism (NCCL / custom all-reduce buffers: ~0.4 GiB in 0.10, ~2.1 GiB in
     0.19+ on H100); from about 0.21 the CUDA-graph estimate is deducted too, before that the graphs
     are captured outside the budget (``graph_capture``).
@@ -214,7 +231,7 @@ class Overheads:
         tokens, seqs = self.max_num_batched_tokens, self.max_num_seqs
         hidden_states = tokens * arch.hidden_size * 2 / GIB  # the batch's last hidden states, bf16
         if self.profile == "sampler":
-            moe = fused_moe_gib(arch, tp, tokens)
+            moe = 0.0 if arch.quant_method in MOE_CACHES_FREED_IN_KERNEL else fused_moe_gib(arch, tp, tokens)
             sampler = hidden_states + seqs * arch.vocab_size * self.sampler_bytes / GIB
             return moe + max(forward - moe, sampler)
         if self.profile == "batch_logits":
@@ -238,14 +255,15 @@ class Overheads:
         return self.non_torch_tp_many
 
 
-def context_gib(tp: int, pp: int = 1, version: str = "0.19.0") -> float:
-    """What the CUDA context (and NCCL's, with more than one GPU) holds outside the budget. The
-    multi-GPU figure is measured on 0.19 only (H100s); older launches on smaller cards started
-    with less room than it leaves (DeepSeek-V2-Lite TP 2 x PP 2 on L4s, ~0.9.2), so before
-    :data:`TP_BUFFERS_GROWN` one GPU's is taken."""
+def context_gib(tp: int, pp: int = 1, version: str = "0.19.0", moe: bool = False) -> float:
+    """What the CUDA context (and NCCL's, with more than one GPU; one more communicator for a
+    mixture of experts, ``moe``) holds outside the budget. The multi-GPU figures are measured on 0.19
+    only (H100s); older launches on smaller cards started with less room than they leave
+    (DeepSeek-V2-Lite TP 2 x PP 2 on L4s, ~0.9.2), so before :data:`TP_BUFFERS_GROWN` one GPU's is
+    taken."""
     if tp * pp == 1 or _major_minor(version) < TP_BUFFERS_GROWN:
         return CUDA_CONTEXT_GIB
-    return CUDA_CONTEXT_MULTI_GPU_GIB
+    return CUDA_CONTEXT_MOE_MULTI_GPU_GIB if moe else CUDA_CONTEXT_MULTI_GPU_GIB
 
 
 def warmup_need_gib(arch: Architecture, overheads: Overheads, version: str) -> tuple[float, float]:
