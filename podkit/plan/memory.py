@@ -265,7 +265,8 @@ def plan_memory(
         reason = (
             f"the KV cache fits ({tokens} tokens), but the warm-up after it needs "
             f"{need:.2f} GiB outside the gpu_memory_utilization budget (CUDA graphs "
-            f"{graphs_out:.2f} GiB, the sampler's {ov.max_num_seqs} dummy requests {sampler:.2f} GiB) "
+            f"{graphs_out:.2f} GiB, {ov.max_num_seqs} dummy requests through the forward and the sampler "
+            f"{sampler:.2f} GiB) "
             f"where {max(room, 0):.2f} GiB is left: vLLM {vllm_version} would run out of memory after sizing it"
         )
     if short:

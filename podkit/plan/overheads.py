@@ -76,6 +76,16 @@ GRAPH_LAYER_GIB = 0.015
 #: the sampler's 15 B a logit and the batch's hidden states (2.90), where the caches beside them would
 #: make 3.62 and 3.36.
 MOE_CACHES_FREED_IN_KERNEL = ("mxfp4",)
+#: What the warm-up's forward leaves reserved but unusable, a dummy request (MiB), by quantization
+#: method. vLLM runs ``max_num_seqs`` dummy requests through an eager forward and then warms the
+#: sampler up without emptying the allocator's cache in between (on purpose, so the sampler's buffers
+#: stay: ``compile_or_warm_up_model``); blocks the forward freed stay reserved, and the sampler's
+#: large tensors cannot use them. The sampler warm-up's out-of-memory lines measure them: gpt-oss-20b,
+#: whose MXFP4 experts allocate inside each call (:data:`MOE_CACHES_FREED_IN_KERNEL`), 1.78 GiB at TP 1
+#: and 1.62 at TP 2 with 1024 requests (llm-d-planner PR 205); Qwen3-32B, dense, 0.04 GiB (llm-d-benchmark
+#: PR 1791). Taken in proportion to the forward's tokens: gpt-oss-120b started with 6 requests and
+#: 0.67 GiB spare (tests/fixtures/kv_reference_cases.json).
+WARMUP_HELD_MIB_PER_SEQ = {"mxfp4": 1.6}
 #: Bytes per logit the sampler warm-up holds beyond the fp32 logits profiling reserved: the LM
 #: head's bf16 logits (2), then top-k/top-p's sort, fp32 values (4) and int64 indices (8), and the
 #: fp32 probabilities (4). Bounded by two public H100 launches at utilization 0.95 with 1024
@@ -90,10 +100,10 @@ SAMPLER_WARMUP_BYTES = 18
 #: that started is let through, the tightest Llama-4-Scout at TP 4 (vocabulary 202,048, 5.10 GiB of room
 #: by the plan and by its log: it would refuse above 20.4 B; 20 leaves it 0.08 GiB) and Qwen2.5-72B and
 #: Kimi-Dev-72B at TP 2 (22.1 B). The warm-up itself holds at least the profile's 15 B and one more fp32
-#: copy (19): gpt-oss-20b's out-of-memory line at TP 1 shows 2.17 GiB live and 786 MiB asked. Its TP 2
-#: failure at 0.95 is caught (0.57 GiB short); its TP 1 failure is not: it failed with more room after
-#: its graphs (4.48 GiB, its log's figures) than Llama-4-Scout started with (3.97), at the same
-#: vocabulary, so no rule of room and logits separates them (see the test).
+#: copy (19): gpt-oss-20b's out-of-memory line at TP 1 shows 2.17 GiB live and 786 MiB asked. Its TP 1
+#: failure at 0.95 had more room after its graphs (4.48 GiB, its log's figures) than Llama-4-Scout
+#: started with (3.97), at the same vocabulary: what it lacked is the blocks its forward left
+#: reserved (:data:`WARMUP_HELD_MIB_PER_SEQ`), which its out-of-memory line measures.
 SAMPLER_WARMUP_BYTES_FREED = 20
 
 
@@ -267,18 +277,23 @@ def context_gib(tp: int, pp: int = 1, version: str = "0.19.0", moe: bool = False
 
 
 def warmup_need_gib(arch: Architecture, overheads: Overheads, version: str) -> tuple[float, float]:
-    """(CUDA graphs, sampler): what the warm-up after KV sizing needs outside the budget.
+    """(CUDA graphs, requests): what the warm-up after KV sizing needs outside the budget.
 
     Before 0.21 vLLM sizes the KV cache without the CUDA graphs, captures them afterwards, then
-    warms the sampler up with ``max_num_seqs`` dummy requests, whose working tensors
-    (:data:`SAMPLER_WARMUP_BYTES` a logit, :data:`SAMPLER_WARMUP_BYTES_FREED` where the profiling
-    peak is free again) must fit in the memory the budget leaves. From 0.21 the graphs are deducted
-    inside the budget and the warm-up needs nothing outside it: the Qwen3-8B launch at utilization
-    0.9764 on an RTX A5000 in tests/fixtures/kv_reference_cases.json had 0.06 GiB outside and started."""
+    runs ``max_num_seqs`` dummy requests through an eager forward and the sampler, whose working
+    tensors (:data:`SAMPLER_WARMUP_BYTES` a logit, :data:`SAMPLER_WARMUP_BYTES_FREED` where the
+    profiling peak is free again) and the blocks the forward leaves reserved
+    (:data:`WARMUP_HELD_MIB_PER_SEQ`) must fit in the memory the budget leaves. From 0.21 the graphs
+    are deducted inside the budget and the warm-up needs nothing outside it: the Qwen3-8B launch at
+    utilization 0.9764 on an RTX A5000 in tests/fixtures/kv_reference_cases.json had 0.06 GiB outside
+    and started."""
     if _major_minor(version) >= GRAPHS_IN_BUDGET:
         return 0.0, 0.0
     per_logit = SAMPLER_WARMUP_BYTES_FREED if overheads.profile != "forward" else SAMPLER_WARMUP_BYTES
-    return overheads.graph_capture, overheads.max_num_seqs * arch.vocab_size * per_logit / GIB
+    sampler = overheads.max_num_seqs * arch.vocab_size * per_logit / GIB
+    forward_tokens = min(overheads.max_num_seqs, overheads.max_num_batched_tokens)
+    held = forward_tokens * WARMUP_HELD_MIB_PER_SEQ.get(arch.quant_method, 0.0) / 1024
+    return overheads.graph_capture, sampler + held
 
 
 def warmup_room_gib(
@@ -330,7 +345,7 @@ def warmup_fixes(
     seqs = int((fixed - graphs - WARMUP_FIX_MARGIN_GIB) / net) // 8 * 8 if net > 0 else 0
     if seqs >= 8:
         out.append(
-            f"set vllm_extra_args ['--max-num-seqs', '{seqs}']: the sampler warm-up then needs "
+            f"set vllm_extra_args ['--max-num-seqs', '{seqs}']: the warm-up's dummy requests then need "
             f"{seqs * per_seq:.2f} GiB and the KV cache keeps its size"
         )
     need = graphs + sampler + context + WARMUP_FIX_MARGIN_GIB - freed
