@@ -8,6 +8,8 @@ Markers (one registry, ``GENERATORS``):
     <!-- podkit:commands -->          every command, linked to its page (podkit_cli.reference)
     <!-- podkit:help verify -->       ``podkit verify --help`` (a group: each subcommand too)
     <!-- podkit:agents -->            one section per agent ``--for`` takes (podkit.client.agents.docs)
+    <!-- podkit:plan-accuracy model -->  the plan's accuracy per kind over the reference cases
+                                      (podkit.plan.reference; ``attention``: per attention kind)
 
 A marker this file does not know fails the build (mkdocs build --strict runs in scripts/test.sh).
 ``tests/unit/test_docs.py`` runs the same expansion on every page.
@@ -68,12 +70,23 @@ def _agents(*args: str) -> str:
     return sections()
 
 
+#: The reference cases: public startup logs, then the starts podkit measured that were sent back.
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
+
+
+def _plan_accuracy(by: str = "model") -> str:
+    from podkit.plan.reference import accuracy_table, load_cases
+
+    return accuracy_table(load_cases(FIXTURES / "kv_reference_cases.json", FIXTURES / "calibration"), by)
+
+
 GENERATORS: dict[str, Callable[..., str]] = {
     "settings": _settings,
     "exit-codes": _exit_codes,
     "commands": _commands,
     "help": _help,
     "agents": _agents,
+    "plan-accuracy": _plan_accuracy,
 }
 
 

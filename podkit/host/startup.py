@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from podkit.host.profile import NEEDLES as PROFILE_NEEDLES
+from podkit.plan.architecture import CONFIG_KEYS as ARCHITECTURE_KEYS
 from podkit.plan.architecture import Architecture
 
 #: Substrings of the log lines worth reading (what ``podctl status`` hands back, and no more).
@@ -193,6 +194,9 @@ def calibration_record(
         "gpu_count": plan.get("gpu_count"),
         "gpu_memory_gib": plan.get("gpu_memory_gib"),
         "tensor_parallel_size": plan.get("tensor_parallel_size"),
+        "pipeline_parallel_size": plan.get("pipeline_parallel_size") or 1,
+        "max_num_seqs": plan.get("max_num_seqs"),
+        "max_num_batched_tokens": plan.get("max_num_batched_tokens"),
         "gpu_memory_utilization": plan.get("gpu_memory_utilization"),
         "max_model_len": logged.get("max_model_len") or plan.get("max_model_len"),
         "kv_cache_dtype": plan.get("kv_cache_dtype"),
@@ -218,6 +222,7 @@ def plan_record(settings, launch) -> dict[str, Any]:
     plan = launch.plan
     hardware = plan.hardware if plan is not None else None
     config = launch.config or {}
+    args = list(launch.extra_args) + list(settings.extra_args)
     record: dict[str, Any] = {
         "vllm_version": plan.vllm_version if plan is not None else None,
         "model": plan.checkpoint.repo if plan is not None else launch.model,
@@ -228,6 +233,9 @@ def plan_record(settings, launch) -> dict[str, Any]:
         "gpu_memory_utilization": settings.gpu_memory_utilization,
         "max_model_len": plan.max_model_len if plan is not None and plan.max_model_len else launch.max_model_len,
         "kv_cache_dtype": settings.kv_cache_dtype,
+        "pipeline_parallel_size": launch.pipeline_parallel_size,
+        "max_num_seqs": _flag_value(args, "--max-num-seqs"),
+        "max_num_batched_tokens": _flag_value(args, "--max-num-batched-tokens"),
         "config": {key: config.get(key) for key in CONFIG_KEYS if config.get(key) is not None},
         "predicted": {},
     }
@@ -239,7 +247,7 @@ def plan_record(settings, launch) -> dict[str, Any]:
             "max_concurrency": plan.max_concurrency,
         }
         return record
-    kv_bytes = _flag_value(list(launch.extra_args) + list(settings.extra_args), "--kv-cache-memory-bytes")
+    kv_bytes = _flag_value(args, "--kv-cache-memory-bytes")
     if kv_bytes and config and isinstance(record["max_model_len"], int):
         try:
             per_token = Architecture.from_config(config).kv_bytes_per_token(
@@ -256,29 +264,8 @@ def plan_record(settings, launch) -> dict[str, Any]:
     return record
 
 
-#: what a reference case keeps of a model's config.json
-CONFIG_KEYS = (
-    "architectures",
-    "torch_dtype",
-    "quantization_config",
-    "model_type",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "hidden_size",
-    "head_dim",
-    "intermediate_size",
-    "vocab_size",
-    "kv_lora_rank",
-    "qk_rope_head_dim",
-    "sliding_window",
-    "layer_types",
-    "num_experts",
-    "num_local_experts",
-    "n_routed_experts",
-    "num_experts_per_tok",
-    "moe_intermediate_size",
-)
+#: what a reference case keeps of a model's config.json: what the plan reads, and what it was
+CONFIG_KEYS = ("architectures", "torch_dtype", *ARCHITECTURE_KEYS)
 
 
 def _flag_value(args: list[str], flag: str) -> int | None:

@@ -6,6 +6,46 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+#: The config.json keys :meth:`Architecture.from_config` reads (a model's ``text_config`` is read too):
+#: what a start kept as a reference case keeps of its config, so it is planned again the same way.
+CONFIG_KEYS = (
+    "model_type",
+    "quantization_config",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "hidden_size",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
+    "tie_word_embeddings",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "sliding_window",
+    "use_sliding_window",
+    "layer_types",
+    "full_attention_interval",
+    "hybrid_override_pattern",
+    "mamba_num_heads",
+    "mamba_head_dim",
+    "ssm_state_size",
+    "conv_kernel",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "num_experts",
+    "num_local_experts",
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "experts_per_token",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+    "n_shared_experts",
+    "first_k_dense_replace",
+    "text_config",
+)
+
 
 @dataclass(frozen=True)
 class Architecture:

@@ -20,7 +20,6 @@ the launches whose logs give everything (``FULL``) and printed with ``-s``.
 """
 
 import dataclasses
-import json
 import re
 from pathlib import Path
 
@@ -36,14 +35,23 @@ from podkit.plan.memory import (
     warmup_need_gib,
     warmup_room_gib,
 )
+from podkit.plan.reference import (
+    accuracy,
+    accuracy_table,
+    arch_of,
+    attention_of,
+    kind_of,
+    load_cases,
+    logged_pool,
+    measured,
+    predict,
+    predictable,
+)
 from tests.helpers import known_gaps
 
-CASES = json.loads((Path(__file__).resolve().parent.parent / "fixtures" / "kv_reference_cases.json").read_text())
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+CASES = load_cases(FIXTURES / "kv_reference_cases.json", FIXTURES / "calibration")
 BY_ID = {case["id"]: case for case in CASES}
-
-
-def arch_of(case):
-    return Architecture.from_config({k: v for k, v in case["config"].items() if v is not None})
 
 
 def dtype_bytes(case):
@@ -88,31 +96,7 @@ def test_bytes_per_token_reproduce_logged_tokens(case):
         assert logged == pytest.approx(predicted, rel=0.012)  # logged GiB has two decimals
 
 
-def logged_pool(case) -> int:
-    """The KV pool in tokens, from the logged ``GPU KV cache size`` line. Where the case names
-    ``kv_cache_groups``, that vLLM printed ``num_blocks // groups x block_size`` for a hybrid model
-    whose layer groups share one block pool (the case's notes show it from the concurrency line):
-    the pool is the line times the groups."""
-    return case["logged"]["kv_cache_tokens"] * case.get("kv_cache_groups", 1)
-
-
-def predictable(case) -> bool:
-    """A launch whose log gives every input the plan starts from (the card, the utilization, the
-    weights, the version), on one host."""
-    return bool(
-        case["fits"]
-        and case["gpu_memory_gib"]
-        and case["gpu_memory_utilization"]
-        and case["logged"].get("model_weights_gib")
-        and case["vllm_version"]
-        and case["vllm_version"][0].isdigit()
-        and case["nodes"] == 1  # podkit plans one host; Ray across nodes adds buffers it does not model
-        and (case.get("pipeline_parallel_size") or 1) == 1  # stage by stage in tests/unit/test_pipeline.py
-        and not case.get("excluded_from_prediction")  # GB10's unified memory: the case says why
-    )
-
-
-FULL = [c for c in CASES if predictable(c) and c["logged"].get("kv_cache_tokens")]
+FULL = [c for c in CASES if measured(c)]
 
 #: Launches the plan misses by more than 5%, and why; each fails its check until the model catches up.
 KNOWN_GAPS = {
@@ -141,7 +125,7 @@ KNOWN_GAPS = {
     ),
 }
 
-#: Per kind over FULL, as measured (and stated in the README): launches, how many of them the plan
+#: Per kind over FULL, as measured when the plan last changed: launches, how many of them the plan
 #: gets within 5% of the logged KV tokens, and the largest |predicted / logged - 1|.
 ACCURACY = {"dense": (20, 19, 0.390), "moe": (10, 8, 0.131), "multimodal": (4, 3, 1.509)}
 #: The same launches by attention kind (MLA, sliding window and hybrid ones are all MoE here).
@@ -153,44 +137,9 @@ ATTENTION_ACCURACY = {
 }
 
 
-def kind_of(case) -> str:
-    """A vision-language model is its own kind (vLLM profiles its encoder too; all four here are
-    MoE), then MoE, then the attention kind."""
-    arch = arch_of(case)
-    if case.get("multimodal"):
-        return "multimodal"
-    if arch.is_moe:
-        return "moe"
-    return {"standard": "dense"}.get(arch.kind, arch.kind)
-
-
-def predicted(case):
-    arch = arch_of(case)
-    tp = case["tensor_parallel_size"]
-    overheads = Overheads.for_version(
-        case["vllm_version"],
-        case["gpu_memory_gib"],
-        case.get("max_num_batched_tokens"),
-        case.get("max_num_seqs") or case.get("max_num_seqs_inferred"),
-    )
-    plan = plan_memory(
-        arch,
-        weight_bytes=int(case["logged"]["model_weights_gib"] * GIB * tp),
-        gpu_memory_gib=case["gpu_memory_gib"],
-        gpu_count=tp,
-        tensor_parallel_size=tp,
-        gpu_memory_utilization=case["gpu_memory_utilization"],
-        max_model_len=case["max_model_len"],
-        kv_cache_dtype=case["kv_cache_dtype"],
-        overheads=overheads,
-        vllm_version=case["vllm_version"],
-    )
-    return plan
-
-
 @pytest.mark.parametrize("case", known_gaps(FULL, KNOWN_GAPS), ids=lambda c: c["id"])
 def test_predicted_kv_cache_tokens_within_5_percent(case):
-    plan = predicted(case)
+    plan = predict(case)
     logged = logged_pool(case)
     print(f"{case['id']}: predicted {plan.kv_cache_tokens}, logged {logged}, {plan.kv_cache_tokens / logged - 1:+.1%}")
     assert plan.kv_cache_tokens == pytest.approx(logged, rel=0.05)
@@ -206,32 +155,35 @@ KV_MEMORY_ONLY = [
 
 @pytest.mark.parametrize("case", KV_MEMORY_ONLY, ids=lambda c: c["id"])
 def test_available_kv_memory_where_the_log_has_no_token_line(case):
-    plan = predicted(case)
+    plan = predict(case)
     logged = case["logged"]["kv_cache_gib"]
     print(f"{case['id']}: available KV predicted {plan.available_kv_cache_gib} GiB, logged {logged}")
     assert plan.available_kv_cache_gib == pytest.approx(logged, rel=0.05)
 
 
 @pytest.mark.parametrize(
-    "grouping, stated",
-    [(kind_of, ACCURACY), (lambda case: arch_of(case).kind, ATTENTION_ACCURACY)],
-    ids=["by-model", "by-attention"],
+    "grouping, stated", [(kind_of, ACCURACY), (attention_of, ATTENTION_ACCURACY)], ids=["by-model", "by-attention"]
 )
-def test_accuracy_per_kind_is_what_the_readme_states(grouping, stated):
-    errors: dict[str, list[float]] = {}
-    for case in FULL:
-        error = predicted(case).kv_cache_tokens / logged_pool(case) - 1
-        errors.setdefault(grouping(case), []).append(error)
-    measured = {
-        kind: (len(found), sum(abs(e) <= 0.05 for e in found), max(abs(e) for e in found))
-        for kind, found in errors.items()
-    }
-    for kind, (count, within, worst) in measured.items():
-        print(f"{kind}: {count} launch(es), {within} within 5%, max error {worst:.1%}")
-    assert set(measured) == set(stated)
+def test_accuracy_per_kind_is_what_was_measured_when_the_plan_last_changed(grouping, stated):
+    """A change to the plan that moves these updates them here; the docs' tables follow by
+    themselves (they are generated from the same cases at build time)."""
+    found = {group.kind: group for group in accuracy(CASES, grouping)}
+    for group in found.values():
+        print(f"{group.kind}: {group.count} launch(es), {group.within} within 5%, max error {group.worst[1]:+.1%}")
+    assert set(found) == set(stated)
     for kind, (count, within, worst) in stated.items():
-        assert measured[kind][:2] == (count, within), kind
-        assert measured[kind][2] == pytest.approx(worst, abs=0.0015), kind
+        assert (found[kind].count, found[kind].within) == (count, within), kind
+        assert abs(found[kind].worst[1]) == pytest.approx(worst, abs=0.0015), kind
+
+
+@pytest.mark.parametrize("by, grouping", [("model", kind_of), ("attention", attention_of)])
+def test_the_docs_accuracy_table_has_a_row_per_kind_naming_every_launch(by, grouping):
+    table = accuracy_table(CASES, by).splitlines()
+    assert len(table) == 2 + len({grouping(case) for case in FULL})
+    for group in accuracy(CASES, grouping):
+        row = next(line for line in table if line.startswith(f"| {group.kind} | {group.count}: "))
+        assert row.split(" | ")[2] == str(group.within)
+    assert sum(int(line.split(" | ")[1].split(":")[0]) for line in table[2:]) == len(FULL)
 
 
 def is_moe(case) -> bool:
@@ -246,7 +198,7 @@ def test_the_set_holds_ten_moe_launches_each_with_its_source():
 
 
 def test_ten_moe_launches_from_public_logs_are_planned_within_5_percent():
-    within = [c for c in FULL if is_moe(c) and abs(predicted(c).kv_cache_tokens / logged_pool(c) - 1) <= 0.05]
+    within = [c for c in FULL if is_moe(c) and abs(predict(c).kv_cache_tokens / logged_pool(c) - 1) <= 0.05]
     assert len(within) >= 10, [c["id"] for c in within]
 
 
@@ -321,7 +273,7 @@ SAMPLER_FAILURES = [c for c in CASES if "warming up sampler" in (c["logged"].get
 def test_the_gpt_oss_warm_ups_that_ran_out_of_memory_on_0_19_are_predicted_not_to_fit(case):
     # llm-d-planner PR 205: gpt-oss-20b on H100s at utilization 0.95 with 1024 sequences sized its KV cache,
     # captured its graphs, then ran out of memory warming up the sampler (786 MiB = 1024 x 201,088 x 4 B)
-    plan = predicted(case)
+    plan = predict(case)
     assert plan.kv_cache_tokens == pytest.approx(case["logged"]["kv_cache_tokens"], rel=0.05)
     assert not plan.fits and "warm-up" in plan.reason
 
@@ -411,7 +363,7 @@ def test_the_warm_up_rule_lets_the_launches_that_started_through():
     qwen = arch_of(BY_ID["qwen3-8b-rtxa5000-tp1-v021"])
     assert warmup_need_gib(qwen, Overheads.for_version("0.21.0", 23.55), "0.21.0") == (0.0, 0.0)
     for case in FULL:
-        assert predicted(case).warmup_gib <= predicted(case).warmup_room_gib, case["id"]
+        assert predict(case).warmup_gib <= predict(case).warmup_room_gib, case["id"]
 
 
 def test_the_launches_kept_apart_from_the_fit_are_planned_within_5_percent():
@@ -421,7 +373,7 @@ def test_the_launches_kept_apart_from_the_fit_are_planned_within_5_percent():
     checks = [c for c in FULL if c.get("calibration") == "check"]
     assert len(checks) >= 10 and {c["tensor_parallel_size"] for c in checks} >= {1, 2, 4}
     for case in checks:
-        assert predicted(case).kv_cache_tokens == pytest.approx(logged_pool(case), rel=0.05), case["id"]
+        assert predict(case).kv_cache_tokens == pytest.approx(logged_pool(case), rel=0.05), case["id"]
     assert all(c.get("calibration") in (None, "fit", "check") for c in CASES)
 
 
@@ -431,7 +383,7 @@ def test_the_profiling_peak_follows_the_version(minor, peak):
     0.15 and 0.16 profiled the whole batch's logits, 0.17 and 0.18 the sampler's 1024 requests. The plan
     was 9.8% high on 0.15-0.16 with one profile for all versions before 0.19."""
     case = BY_ID[f"qwen3-14b-h100-tp1-gmu095-maxlen8k-v0{minor}0-llmdplanner-sweep"]
-    plan = predicted(case)
+    plan = predict(case)
     assert plan.activation_gib == pytest.approx(peak, abs=0.05)
     assert plan.kv_cache_tokens == pytest.approx(case["logged"]["kv_cache_tokens"], rel=0.01)
     assert plan.fits  # each started, at 0.95: the warm-up rule lets it through
@@ -453,3 +405,19 @@ def test_the_qwen3_32b_tp2_warm_up_that_ran_out_of_memory_is_predicted_not_to_fi
     )
     assert plan.available_kv_cache_gib == pytest.approx(case["logged"]["kv_cache_gib"], rel=0.05)
     assert not plan.fits and "warm-up" in plan.reason
+
+
+def test_a_kept_start_keeps_every_config_key_the_plan_reads():
+    """podkit keeps CONFIG_KEYS of a start's config.json in its reference case: a key the plan reads
+    and the case dropped would plan the kept start differently (a hybrid model as a standard one)."""
+    import inspect
+
+    import podkit.plan.architecture as architecture
+
+    read = set(re.findall(r"\b(?:c|config)(?:\.get\(|\[)\"([a-z_]+)\"", inspect.getsource(architecture)))
+    assert {"hybrid_override_pattern", "first_k_dense_replace", "quantization_config"} <= read
+    assert read <= set(architecture.CONFIG_KEYS)
+    for case in CASES:
+        full = {k: v for k, v in case["config"].items() if v is not None}
+        kept = {k: v for k, v in full.items() if k in architecture.CONFIG_KEYS}
+        assert architecture.Architecture.from_config(kept) == architecture.Architecture.from_config(full), case["id"]

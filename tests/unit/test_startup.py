@@ -112,3 +112,42 @@ def test_no_start_logged_is_no_record():
 )
 def test_kv_cache_memory_sizes_as_vllm_reads_them(text, expected):
     assert _bytes(text) == expected
+
+
+def test_a_start_kept_as_a_case_joins_the_reference_set_and_its_accuracy_table(tmp_path):
+    """A GPU start read back (a public 0.19 log standing in for the host's) becomes a case in the
+    calibration folder that the plan is checked on: planned from the record alone as the deploy
+    planned it, and counted in the docs' table."""
+    from podkit.host.measure import keep_case
+    from podkit.plan.architecture import CONFIG_KEYS
+    from podkit.plan.reference import accuracy, accuracy_table, load_cases, measured, predict
+
+    public = next(c for c in CASES if c["id"] == "qwen3-30b-a3b-h100-tp1-gmu095-maxlen8k-v0190-llmdplanner")
+    plan = {
+        "model": public["model"],
+        "vllm_version": "0.19.0",
+        "gpu": "NVIDIA H100 80GB HBM3",
+        "gpu_count": 1,
+        "gpu_memory_gib": public["gpu_memory_gib"],
+        "tensor_parallel_size": 1,
+        "pipeline_parallel_size": 1,
+        "max_num_seqs": 1024,
+        "max_num_batched_tokens": 8192,
+        "gpu_memory_utilization": public["gpu_memory_utilization"],
+        "max_model_len": public["max_model_len"],
+        "kv_cache_dtype": "auto",
+        "config": {k: v for k, v in public["config"].items() if k in CONFIG_KEYS and v is not None},
+        "predicted": {},
+    }
+    lines = ["2026-11-28T10:00:00Z starting vLLM", *public["excerpt"].splitlines()]
+    record = last_start("gpu-box", plan, lines)["record"]
+    keep_case(record, tmp_path / "calibration")
+    fixture = FIXTURES / "kv_reference_cases.json"
+    cases = load_cases(fixture, tmp_path / "calibration")
+    kept = cases[-1]
+    assert kept["id"] == "gpu-box-2026-11-28T10:00:00Z" and measured(kept)
+    assert predict(kept).kv_cache_tokens == pytest.approx(kept["logged"]["kv_cache_tokens"], rel=0.05)
+    before = {g.kind: g.count for g in accuracy(load_cases(fixture))}
+    after = {g.kind: g.count for g in accuracy(cases)}
+    assert after == {**before, "moe": before["moe"] + 1}
+    assert "Qwen3-30B-A3B TP 1 (0.19.0) x2" in accuracy_table(cases)
