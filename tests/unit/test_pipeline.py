@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from podkit.plan.architecture import Architecture
 from podkit.plan.memory import PlanError, plan_memory, stage_layers, stage_weights_gib, valid_shapes
+from podkit.plan.reference import arch_of, version_of
 from podkit.sandbox.tinymodel import write_tiny_model
 from podkit_cli import cli
 from tests.helpers import known_gaps
@@ -30,10 +31,6 @@ def test_layers_are_split_as_vllm_splits_them(layers, pp, split):
     assert stage_layers(layers, pp) == split and sum(split) == layers
 
 
-def arch_of(case):
-    return Architecture.from_config({k: v for k, v in case["config"].items() if v is not None})
-
-
 def test_the_reference_set_has_a_pipeline_parallel_launch_with_both_stages():
     assert PP_CASES and all(len(c["logged_stages"]) == c["pipeline_parallel_size"] >= 2 for c in PP_CASES)
 
@@ -46,10 +43,6 @@ KNOWN_GAPS = {
         "memory: the one 0.21+ pipeline log, too little to set that version's stage terms apart"
     ),
 }
-
-
-def version_of(case) -> str:
-    return re.search(r"\d+\.\d+\.\d+", case["vllm_version"].split("(")[-1]).group(0)
 
 
 def planned(case):
