@@ -47,6 +47,7 @@ from podkit.plan.overheads import (  # noqa: F401 (importable from here too)
     context_gib,
     fused_moe_gib,
     graph_gib,
+    version_problem,
     warmup_fixes,
     warmup_freed_gib,
     warmup_need_gib,
@@ -182,6 +183,9 @@ def plan_memory(
         )
     if kv_cache_dtype not in DTYPE_BYTES:
         raise PlanError(f"kv_cache_dtype must be one of {', '.join(DTYPE_BYTES)}")
+    too_old = version_problem(vllm_version) if overheads is None else None
+    if too_old:
+        raise PlanError(too_old)
     ov = overheads or Overheads.for_version(vllm_version, gpu_memory_gib, max_num_batched_tokens, max_num_seqs)
     ov = ov.for_model(arch, gpu_memory_gib)
     weights = weight_bytes / tp

@@ -19,6 +19,10 @@ DTYPE_BYTES = {"auto": 2, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, 
 
 #: vLLM's fused-MoE kernel runs at most this many tokens per call (``CHUNK_SIZE`` in fused_moe.py).
 FUSED_MOE_CHUNK = 32768
+#: The oldest vLLM the plan is checked on: the reference set's starts run from 0.8.3 to 0.29.1
+#: (tests/fixtures/kv_reference_cases.json). Before 0.8 the V0 engine profiled and sized its cache
+#: another way, and no log here shows it: :func:`version_problem` refuses to plan those.
+OLDEST_PLANNED = (0, 8)
 #: vLLM versions from this one deduct the CUDA-graph estimate from the budget before sizing KV;
 #: older ones capture the graphs after, in the memory outside the budget.
 GRAPHS_IN_BUDGET = (0, 21)
@@ -109,6 +113,19 @@ SAMPLER_WARMUP_BYTES_FREED = 20
 
 def _major_minor(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
+
+
+def version_problem(version: str) -> str | None:
+    """Why the plan cannot answer for this vLLM (None when it can): a version older than every
+    start it is checked on (:data:`OLDEST_PLANNED`). Newer versions are planned as the newest known."""
+    major_minor = _major_minor(version)
+    if len(major_minor) == 2 and major_minor < OLDEST_PLANNED:
+        oldest = ".".join(map(str, OLDEST_PLANNED))
+        return (
+            f"vLLM {version} is older than any start the plan is checked on (from {oldest}): its memory "
+            f"overheads are unknown; serve vLLM {oldest} or newer (podkit_vllm_package)"
+        )
+    return None
 
 
 def fused_moe_gib(arch: Architecture, tp: int, tokens: int) -> float:

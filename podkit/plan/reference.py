@@ -36,9 +36,14 @@ def arch_of(case: dict[str, Any]) -> Architecture:
 
 
 def version_of(case: dict[str, Any]) -> str:
-    """The vLLM version a case names, as x.y.z ("0.10.1.1" -> "0.10.1"; "0.19.0+cu128" -> "0.19.0")."""
-    found = re.search(r"\d+\.\d+\.\d+", str(case.get("vllm_version") or "").split("(")[-1])
-    return found.group(0) if found else str(case.get("vllm_version") or "")
+    """The vLLM version a case names, as x.y.z ("0.10.1.1" -> "0.10.1"; "0.19.0+cu128" -> "0.19.0"),
+    the one in its closing parentheses first where it has one ("~0.9 (0.9.2 per the log)")."""
+    text = str(case.get("vllm_version") or "")
+    for part in (text.split("(")[-1], text):
+        found = re.search(r"\d+\.\d+\.\d+", part)
+        if found:
+            return found.group(0)
+    return text
 
 
 def predictable(case: dict[str, Any]) -> bool:

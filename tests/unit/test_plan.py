@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import re
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -325,3 +326,21 @@ def test_a_moe_layer_is_charged_the_fused_moe_caches():
     assert fused_moe_gib(arch, 1, 8192) == pytest.approx(8192 * 8 * (3 * 768 + 2048) * 2 / GIB)
     assert fused_moe_gib(arch, 2, 8192) < fused_moe_gib(arch, 1, 8192)
     assert fused_moe_gib(Architecture.from_config(QWEN3_32B), 1, 8192) == 0
+
+
+@pytest.mark.parametrize("version, refused", [("0.7.3", True), ("0.5.0", True), ("0.8.3", False), ("0.45.0", False)])
+def test_a_vllm_older_than_every_start_the_plan_is_checked_on_is_not_planned(tmp_path, version, refused):
+    """The reference set runs from 0.8.3: before 0.8 the V0 engine sized its cache another way, so the
+    plan says why it cannot answer (exit 2) instead of an answer nothing checked; newer ones plan as
+    the newest known."""
+    from podkit.plan.reference import load_cases, version_of
+
+    fixture = Path(__file__).resolve().parent.parent / "fixtures" / "kv_reference_cases.json"
+    known = [version_of(case) for case in load_cases(fixture) if version_of(case)[:1].isdigit()]
+    assert min(known, key=lambda v: tuple(int(p) for p in v.split("."))) == "0.8.3"
+    model = str(write_tiny_model(tmp_path / "tiny"))
+    result = CliRunner().invoke(cli, ["plan", model, "--gpu", "L4", "--vllm-version", version])
+    assert (result.exit_code == 2) == refused
+    if refused:
+        assert f"vLLM {version} is older than any start the plan is checked on (from 0.8)" in result.output
+        assert "serve vLLM 0.8 or newer (podkit_vllm_package)" in result.output
