@@ -218,3 +218,12 @@ def test_a_cluster_with_gpus_prints_each_stage_with_its_kv_tokens(hub):
     assert [s["stage"] for s in result.stages] == [0, 1]
     assert all(s["kv_cache_tokens"] == stage.kv_cache_tokens for s, stage in zip(result.stages, result.plan.stages))
     assert stage_line(result.stages[1]) in result.summary() and "KV tokens" in stage_line(result.stages[1])
+
+
+def test_a_vllm_older_than_the_plan_knows_stops_the_host_before_any_download(hub):
+    result = plan(hub, "acme/Coder-7B", host(), podkit_vllm_package="vllm==0.7.3")
+    assert result.problems == [
+        "vLLM 0.7.3 is older than any start the plan is checked on (from 0.8): its memory overheads are "
+        "unknown; serve vLLM 0.8 or newer (podkit_vllm_package)"
+    ]
+    assert result.fetch is None and result.plan is None
