@@ -47,6 +47,7 @@ from podkit.plan.overheads import (  # noqa: F401 (importable from here too)
     context_gib,
     fused_moe_gib,
     graph_gib,
+    start_refusal,
     version_problem,
     warmup_fixes,
     warmup_freed_gib,
@@ -256,12 +257,15 @@ def plan_memory(
         fits, reason = False, "the KV cache cannot hold a single block"
     else:
         fits, reason = True, f"{tokens} KV cache tokens, {tokens / wanted:.1f} requests of {wanted} at once"
+    context = context_gib(tp, pp, vllm_version, arch.is_moe)
+    fixes: list[str] = []
+    refused = start_refusal(gpu_memory_gib, gpu_memory_utilization, context)
+    if refused:  # vLLM's first check, before it loads anything
+        fits, reason = False, refused[0]
+        fixes = [refused[1]]
     graphs_out, sampler = warmup_need_gib(arch, ov, vllm_version)
     freed = warmup_freed_gib(ov, arch, tp, vllm_version)
-    room = warmup_room_gib(
-        gpu_memory_gib, gpu_memory_utilization, freed, context_gib(tp, pp, vllm_version, arch.is_moe)
-    )
-    fixes: list[str] = []
+    room = warmup_room_gib(gpu_memory_gib, gpu_memory_utilization, freed, context)
     need = graphs_out + sampler
     short = fits and need > room
     if short:
@@ -284,7 +288,7 @@ def plan_memory(
             available_gib=available,
             kv_bytes_per_token=kv_bytes,
             freed=freed,
-            context=context_gib(tp, pp, vllm_version, arch.is_moe),
+            context=context,
             freed_per_seq=ov.sampler_bytes * arch.vocab_size / GIB if freed else 0.0,
         )
     return MemoryPlan(

@@ -293,6 +293,26 @@ def context_gib(tp: int, pp: int = 1, version: str = "0.19.0", moe: bool = False
     return CUDA_CONTEXT_MOE_MULTI_GPU_GIB if moe else CUDA_CONTEXT_MULTI_GPU_GIB
 
 
+def start_refusal(gpu_memory_gib: float, gpu_memory_utilization: float, context: float) -> tuple[str, str] | None:
+    """(why, fix) when vLLM would refuse to start, None when it starts: its first check
+    (``request_memory`` in vllm/v1/worker/utils.py) wants ``gpu_memory_utilization`` of the card free
+    when it starts, where the CUDA context (and NCCL's communicators) already hold ``context``
+    (:func:`context_gib`): "Free memory on device ... is less than desired GPU memory utilization".
+    The Qwen3-8B launch at 0.9764 on an RTX A5000 in tests/fixtures/kv_reference_cases.json started
+    with about 0.06 GiB to spare (the card's 23.55 GiB as the case infers it)."""
+    free = gpu_memory_gib - context
+    wanted = gpu_memory_gib * gpu_memory_utilization
+    if wanted <= free:
+        return None
+    share = math.floor(free / gpu_memory_gib * 100) / 100
+    return (
+        f"vLLM would refuse to start: it wants {wanted:.2f} GiB of each GPU (utilization "
+        f"{gpu_memory_utilization}), but about {context:.1f} GiB is held before it starts (the CUDA context"
+        f"{' and NCCL' if context > CUDA_CONTEXT_GIB else ''}), which leaves {free:.2f} of {gpu_memory_gib:.2f} GiB",
+        f"set vllm_gpu_memory_utilization to {share} or lower",
+    )
+
+
 def warmup_need_gib(arch: Architecture, overheads: Overheads, version: str) -> tuple[float, float]:
     """(CUDA graphs, requests): what the warm-up after KV sizing needs outside the budget.
 

@@ -129,6 +129,7 @@ def make_plan(
             return plan_memory(arch, **args)
 
         memory = replan()
+        own_fixes = bool(memory.suggestions)  # a start or warm-up refusal: less weight memory would not help
         memory.suggestions = suggestions(
             arch,
             memory,
@@ -143,6 +144,7 @@ def make_plan(
             and not chosen.is_fp8
             and fp8_alternative is None
             and not memory.fits
+            and not own_fixes
             and hardware.fp8_supported
         ):
             memory.suggestions.append(

@@ -344,3 +344,48 @@ def test_a_vllm_older_than_every_start_the_plan_is_checked_on_is_not_planned(tmp
     if refused:
         assert f"vLLM {version} is older than any start the plan is checked on (from 0.8)" in result.output
         assert "serve vLLM 0.8 or newer (podkit_vllm_package)" in result.output
+
+
+@pytest.mark.parametrize(
+    "moe, gpus, utilization, refused",
+    [
+        (True, 2, 0.97, False),
+        (True, 2, 0.98, True),  # 77.61 GiB wanted, 79.19 - 2.0 = 77.19 free
+        (False, 2, 0.98, False),
+        (False, 2, 0.99, True),
+        (False, 1, 0.99, False),
+        (False, 1, 1.0, True),
+    ],
+)
+def test_a_utilization_that_vllm_refuses_at_start_is_said_before_the_download(moe, gpus, utilization, refused):
+    """vLLM's first check wants the utilization's share of each card free when it starts, where the
+    CUDA context (and NCCL's communicators, one more group for a mixture of experts) already hold some
+    (``request_memory``): the plan says so with the utilization that starts."""
+    config = {"num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 8, "hidden_size": 2048}
+    if moe:
+        config |= {"num_experts": 32, "num_experts_per_tok": 4, "moe_intermediate_size": 768}
+    plan = plan_memory(
+        Architecture.from_config(config),
+        weight_bytes=8 * 2**30,
+        gpu_memory_gib=79.19,
+        gpu_count=gpus,
+        gpu_memory_utilization=utilization,
+        max_model_len=8192,
+        vllm_version="0.33.0",
+    )
+    assert plan.fits is not refused
+    if refused:
+        assert plan.reason.startswith(f"vLLM would refuse to start: it wants {79.19 * utilization:.2f} GiB of each GPU")
+        share = {(True, 0.98): "0.97", (False, 0.99): "0.98", (False, 1.0): "0.99"}[(moe, utilization)]
+        assert plan.suggestions == [f"set vllm_gpu_memory_utilization to {share} or lower"]
+
+
+def test_cli_a_start_refusal_offers_only_the_utilization_that_starts(tmp_path):
+    model = str(write_tiny_model(tmp_path / "tiny"))
+    args = ["plan", model, "--gpu", "H100", "--gpus", "2", "--gpu-memory-utilization", "0.99"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1
+    assert "DOES NOT FIT: vLLM would refuse to start" in result.output
+    assert [line for line in result.output.splitlines() if line.startswith("  - ")] == [
+        "  - set vllm_gpu_memory_utilization to 0.98 or lower"
+    ]
