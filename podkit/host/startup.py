@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from podkit.host.hostplan import int_flag
 from podkit.host.profile import NEEDLES as PROFILE_NEEDLES
 from podkit.plan.architecture import CONFIG_KEYS as ARCHITECTURE_KEYS
 from podkit.plan.architecture import Architecture
@@ -234,8 +235,8 @@ def plan_record(settings, launch) -> dict[str, Any]:
         "max_model_len": plan.max_model_len if plan is not None and plan.max_model_len else launch.max_model_len,
         "kv_cache_dtype": settings.kv_cache_dtype,
         "pipeline_parallel_size": launch.pipeline_parallel_size,
-        "max_num_seqs": _flag_value(args, "--max-num-seqs"),
-        "max_num_batched_tokens": _flag_value(args, "--max-num-batched-tokens"),
+        "max_num_seqs": int_flag(args, "--max-num-seqs"),
+        "max_num_batched_tokens": int_flag(args, "--max-num-batched-tokens"),
         "config": {key: config.get(key) for key in CONFIG_KEYS if config.get(key) is not None},
         "predicted": {},
     }

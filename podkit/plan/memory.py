@@ -184,7 +184,7 @@ def plan_memory(
         )
     if kv_cache_dtype not in DTYPE_BYTES:
         raise PlanError(f"kv_cache_dtype must be one of {', '.join(DTYPE_BYTES)}")
-    too_old = version_problem(vllm_version) if overheads is None else None
+    too_old = version_problem(vllm_version)
     if too_old:
         raise PlanError(too_old)
     ov = overheads or Overheads.for_version(vllm_version, gpu_memory_gib, max_num_batched_tokens, max_num_seqs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,10 +166,7 @@ def accuracy_table(cases: list[dict[str, Any]], by: str = "model") -> str:
     ]
     for group in accuracy(cases, grouping):
         worst_id, worst = group.worst
-        counted: dict[str, int] = {}
-        for case_id in group.errors:
-            name = launch_name(by_id[case_id])
-            counted[name] = counted.get(name, 0) + 1
+        counted = Counter(launch_name(by_id[case_id]) for case_id in group.errors)
         names = ", ".join(name if times == 1 else f"{name} x{times}" for name, times in counted.items())
         rows.append(
             f"| {group.kind} | {group.count}: {names} | {group.within} | "
