@@ -28,7 +28,7 @@ else in the pod, as a container stop does. The key is handed over in a 0600
 file in the pod's state directory that the init deletes once read, never on
 a command line.
 
-    env = {"RUNPOD_POD_ID": "pod1", "RUNPOD_API_KEY": pod_key, "PATH": f"{STANDINS}:{DEFAULT_PATH}",
+    env = {"RUNPOD_POD_ID": "pod1", "RUNPOD_API_KEY": pod_key, "PATH": f"{NEW_RUNPODCTL}:{DEFAULT_PATH}",
            "RUNPOD_API_BASE_URL": f"http://10.210.0.1:{api.port}"}
     pod = NetnsPod("pka", subnet=210, ..., container_env=env)
     ssh = pod.start(host=2, port=2201)
@@ -51,8 +51,9 @@ from podkit.sandbox.sshd import PrivateSshd, SshHost
 
 WIPED = ("/root/.cache", "/var/tmp")
 
-#: The stand-in runpodctl (and any other stand-in command a pod's PATH may lead with).
+#: The stand-in runpodctl, as a v2 build (``new``) and an old one (``old``) of it: a pod's PATH leads with one.
 STANDINS = Path(__file__).resolve().parent / "standins"
+NEW_RUNPODCTL, OLD_RUNPODCTL = STANDINS / "new", STANDINS / "old"
 
 #: The PATH of a Debian/Ubuntu image, as RunPod's images set it.
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -1,46 +1,33 @@
-"""A local server that answers the RunPod GraphQL API from recorded answers.
+"""A local server that plays RunPod's REST API v2 for podkit's tests, built from RunPod's own
+OpenAPI document (the parts podkit uses: ``testing/runpod_spec.py``).
 
-The ``runpod`` package posts every call to ``$RUNPOD_API_BASE_URL/graphql``
-with ``Authorization: Bearer <key>``. Tests point that variable here and
-change :attr:`RunPodReplay.pods` between calls to play a pod's life: running,
-stopped, back at a new address and port, migrated to a new pod id.
+What it answers, as the document and RunPod's newer clients say:
 
-Answered queries (the two the package's ``get_pods``/``get_pod`` send):
+- ``GET /v2/pods``: every pod, newest first; with :attr:`RunPodReplay.page_size` set, in pages of
+  at most that many (fewer than a client asks for) with ``pagination.nextCursor``; without it, one
+  answer with no ``pagination`` (the August document). A cursor it did not give is 422.
+- ``GET /v2/pods/{id}``, ``DELETE /v2/pods/{id}`` (204), ``POST /v2/pods/{id}/action`` with
+  ``start``, ``stop``, ``restart`` or ``terminate`` (204): an action the pod's status does not
+  allow is 409; a start of a pod in :attr:`no_gpu` is the 400 ``{"error": "not enough free GPUs on
+  the host machine"}`` seen live (the one answer the document does not describe; the request log
+  marks it), and the pod stays EXITED; a pod in :attr:`gpu_lost` starts without its GPU.
+- ``POST /v2/pods`` (201, PROVISIONING until ``on_create`` gives it an address), the network
+  volumes, the GPU catalog with stock per data center, the account's SSH keys, pod billing.
+- Every request body is checked against the document: an invalid one is 422 with its errors.
+- :attr:`throttle` requests answer 429 with ``Retry-After`` first; every answer carries the
+  ``RateLimit`` headers.
+- GraphQL (``POST /graphql``) and REST v1 (``/v1/...``) answer 410 Gone, as RunPod has switched
+  them off (GraphQL answers the account balance instead when :attr:`graphql_balance` is set).
 
-- ``query myPods { myself { pods { ... } } }`` -> every pod;
-- ``query pod { pod(input: {podId: "ID"}) { ... } }`` -> one pod, or null.
+Keys: ``api_key`` is the account's and may do everything; ``pod_keys`` maps a pod id to the
+pod-scoped key RunPod gives that pod, which may read that pod and stop it, nothing else (403).
+Any other key is 401. Hooks run after the answer is sent (a pod may be stopping itself): ``on_stop``,
+``on_start`` and ``on_create`` (each may return ``(ip, ssh_port)``: the pod runs there from then on),
+``on_terminate``. :attr:`requests` logs each request (method, path, query, whose key, the answer),
+never the key.
 
-Answered mutations (the package's ``stop_pod``/``resume_pod``, and runpodctl's
-``podStop`` with ``$podId`` in ``variables``), which change :attr:`pods`:
-
-- ``podStop(input: {podId: "ID"})`` -> the pod is EXITED, without a runtime;
-  then ``on_stop(pod_id)`` is called, after the answer has been sent (a pod may
-  be stopping itself, and the hook may end the very process that asked);
-- ``podResume(input: {podId: "ID", gpuCount: N})`` -> the pod is RUNNING with
-  the runtime ``on_resume(pod_id)`` returns (or the one it had before the stop),
-  unless its id is in :attr:`no_gpu`: then RunPod's "not enough free GPUs" error.
-
-REST's ``POST /v1/pods/{id}/stop`` (RunPod's REST API, ``https://rest.runpod.io/v1``, which the
-pod's idle watcher asks first: point ``RUNPOD_REST_API_URL`` at ``<url>/v1``) stops the pod the
-same way and answers the pod as JSON; :attr:`RunPodReplay.rest_api` False makes it a 404.
-
-Keys: ``api_key`` is the account's and may do everything. ``pod_keys`` maps a
-pod id to the pod-scoped key RunPod puts in that pod's environment
-(``RUNPOD_API_KEY``); it may read its own pod and stop it, nothing else (a
-GraphQL error starting "forbidden"). Any other key gets HTTP 401 (the package
-raises ``AuthenticationError``); any other query gets a GraphQL ``errors``
-answer (``QueryError``). The key may come as ``Authorization: Bearer`` or as
-``?api_key=`` (as the legacy runpodctl sends it). Requests are logged in
-:attr:`RunPodReplay.requests` with the kind of key used (``"account"``,
-``"pod:<id>"`` or ``None``), never the key, and without the query string.
-
-    with RunPodReplay(api_key="rp-test", pods=load_pods("pods.json")) as api:
+    with RunPodReplay(api_key="rp-test", pods=[pods.pod("p1", "coder", "127.0.0.1", 2222)]) as api:
         os.environ["RUNPOD_API_BASE_URL"] = api.url
-        ...
-
-To be reached from a stand-in pod (testing/netpods.py), listen on its gateway:
-``RunPodReplay(..., host=pod.gateway)`` once the pod's namespace exists, or on
-``"0.0.0.0"``; the pod then uses ``http://<gateway>:<api.port>``.
 """
 
 from __future__ import annotations
@@ -48,91 +35,42 @@ from __future__ import annotations
 import copy
 import hmac
 import json
-import re
 import secrets
 import threading
-import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-#: RunPod's answer to a resume when the GPUs of the pod's machine are rented out meanwhile,
-#: as runpod-python shows it (``QueryError``) in https://github.com/runpod/runpod-python/issues/168
-#: (2023-10-11): the pod is tied to its machine, so it can only come back as a migrated pod.
-NO_FREE_GPUS = "There are not enough free GPUs on the host machine to start this pod."
+from testing import runpod_pods as pods
+from testing.runpod_spec import Spec
 
-#: How long after a stop's answer is sent ``on_stop`` runs: long enough for the caller to
-#: read the answer and report it, as a real pod's processes outlive the API call by seconds.
-STOP_HOOK_DELAY_S = 0.2
-
-
-def load_pods(path: str | Path) -> list[dict[str, Any]]:
-    """Pods from a recorded ``myPods`` answer (the whole GraphQL response) or a bare list."""
-    data = json.loads(Path(path).read_text())
-    if isinstance(data, dict):
-        data = data["data"]["myself"]["pods"]
-    return data
+#: RunPod's answer to a start when the pod's machine has no free GPU for it (seen live as
+#: ``{"error": ...}``, not problem+json).
+NO_FREE_GPUS = "not enough free GPUs on the host machine"
+NO_CAPACITY = (
+    "There are no longer any instances available with the requested specifications. Please refresh and try again."
+)
+#: Seconds after an answer that its hook runs: the caller reads its answer first, as a pod's
+#: processes outlive the API call that stops it.
+HOOK_DELAY_S = 0.2
+Answer = tuple[int, Any, dict[str, str]]
 
 
-def running_pod(
-    pod_id: str,
-    name: str,
-    ip: str,
-    ssh_port: int,
-    volume_path: str,
-    served_port: int = 8000,
-    cost_per_hr: float = 0.79,
-    gpu: str = "RTX A6000",
-    uptime_seconds: int = 36000,
-) -> dict[str, Any]:
-    """A ``get_pods()`` entry for a running pod with 22/tcp and ``served_port``/tcp on a public IP
-    (the served port mapped to itself). Its ``env`` holds a token made now, which must never be printed."""
-    return {
-        "id": pod_id,
-        "name": name,
-        "desiredStatus": "RUNNING",
-        "gpuCount": 1,
-        "costPerHr": cost_per_hr,
-        "uptimeSeconds": uptime_seconds,
-        # as RunPod words a running pod's last start (its text changes at every stop and start)
-        "lastStatusChange": f"Rented by User: {_js_date(time.time() - uptime_seconds)}",
-        "volumeMountPath": str(volume_path),
-        "env": [f"HF_TOKEN=hf_{secrets.token_urlsafe(24)}"],
-        "machine": {"gpuDisplayName": gpu},
-        "ports": f"{served_port}/tcp,22/tcp",
-        "runtime": {
-            "ports": [
-                {"ip": ip, "isIpPublic": True, "privatePort": 22, "publicPort": ssh_port, "type": "tcp"},
-                {"ip": ip, "isIpPublic": True, "privatePort": served_port, "publicPort": served_port, "type": "tcp"},
-            ]
-        },
-    }
+def problem(status: int, title: str, detail: str, errors: list[str] | None = None) -> Answer:
+    body: dict[str, Any] = {"title": title, "status": status, "detail": detail}
+    if errors:
+        body["errors"] = errors
+    return status, body, {"Content-Type": "application/problem+json"}
+
+
+def ok(body: Any, status: int = 200) -> Answer:
+    return status, body, {"Content-Type": "application/json"} if body is not None else {}
 
 
 class RunPodReplay:
-    """The RunPod GraphQL API on ``host`` (an ephemeral port) for the pods in :attr:`pods`.
-
-    + api_key: the account's key; may do everything
-    + pods: ``get_pods()`` entries (see :func:`running_pod`); tests may replace the list between calls;
-      a stop or a resume changes its pod's entry in place
-    + host: the address to listen on; a pod in a network namespace needs its gateway or ``0.0.0.0``
-    + pod_keys: pod id -> that pod's own key, which may only read and stop that pod
-    + on_stop: ``on_stop(pod_id)``, called once a stop has been answered (e.g. end the stand-in pod)
-    + on_resume: ``on_resume(pod_id) -> runtime`` (``{"ports": [...]}`` as in :func:`running_pod`;
-      None: still starting, as RunPod shows a pod before its container runs), called before a
-      resume is answered (e.g. start the stand-in pod again); without it the pod gets back the
-      runtime it had before the stop
-    + no_gpu: ids of stopped pods whose machine has no free GPU left: resuming them fails
-
-    **Example:**
-
-    .. code:: python
-
-        replay = RunPodReplay(api_key="rp-account", pods=[pod], host=netns_pod.gateway,
-                              pod_keys={"pod1": "rp-pod1"}, on_stop=lambda pod_id: netns_pod.stop())
-    """
+    """RunPod's REST API v2 on ``host`` (an ephemeral port). The attributes are the account's state;
+    tests change them between calls (a pod's life: running, stopped, started elsewhere, moved)."""
 
     def __init__(
         self,
@@ -140,49 +78,69 @@ class RunPodReplay:
         pods: list[dict[str, Any]] | None = None,
         host: str = "127.0.0.1",
         pod_keys: dict[str, str] | None = None,
-        on_stop: Callable[[str], None] | None = None,
-        on_resume: Callable[[str], dict[str, Any]] | None = None,
-        no_gpu: set[str] | None = None,
+        spec: Spec | None = None,
     ) -> None:
         self.api_key = api_key
         self.pods = pods or []
         self.pod_keys = dict(pod_keys or {})
-        self.on_stop = on_stop
-        self.on_resume = on_resume
-        self.no_gpu = set(no_gpu or ())
-        #: whether REST's ``POST /v1/pods/{id}/stop`` is answered (False: 404, as an API without it)
-        self.rest_api = True
+        self.volumes: list[dict[str, Any]] = []
+        self.catalog: list[dict[str, Any]] = []
+        self.ssh_keys: list[str] = []
+        self.billing: dict[str, list[float]] = {}  # pod id -> what each of its days was billed
+        self.page_size: int | None = None
+        self.throttle = 0  # the next this many requests answer 429
+        self.retry_after = 1
+        self.graphql_balance: float | None = None
+        self.no_gpu: set[str] = set()
+        #: User-Agents (any part of one) answered 403 "error code: 1010", as Cloudflare refused one client
+        self.refused_agents: set[str] = set()
+        self.gpu_lost: set[str] = set()
+        self.on_stop: Callable[[str], Any] | None = None
+        self.on_start: Callable[[str], Any] | None = None
+        self.on_create: Callable[[dict[str, Any]], Any] | None = None
+        self.on_terminate: Callable[[str], Any] | None = None
         self.requests: list[dict[str, Any]] = []
-        #: one line per hook that raised: "on_stop(ID): ValueError: ..."
         self.hook_errors: list[str] = []
-        self._runtimes: dict[str, Any] = {}  # pod id -> its runtime before the last stop
-        self._lock = threading.Lock()
+        self.spec = spec or Spec()
+        self._cursors: dict[str, int] = {}
+        self._lock = threading.RLock()
         self._hooks = threading.Condition()
-        self._hooks_pending = 0
+        self._pending = 0
         replay = self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):  # quiet: tests read .requests instead
                 pass
 
-            def do_POST(self):
+            def handle_one(self):
                 length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length)
+                body = self.rfile.read(length) if length else b""
                 later: list[Callable[[], None]] = []
-                status, answer = replay.answer(self.path, self.headers.get("Authorization", ""), body, later)
-                payload = json.dumps(answer).encode()
+                status, answer, headers = replay.answer(
+                    self.command,
+                    self.path,
+                    self.headers.get("Authorization", ""),
+                    body,
+                    later,
+                    agent=self.headers.get("User-Agent", ""),
+                )
+                payload = b"" if answer is None else json.dumps(answer).encode()
                 try:
                     self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(payload)))
+                    for name, value in {**headers, "Content-Length": str(len(payload))}.items():
+                        self.send_header(name, value)
+                    self.send_header("RateLimit", '"minute";r=99;t=60')
+                    self.send_header("RateLimit-Policy", '"minute";q=100;w=60')
                     self.end_headers()
                     self.wfile.write(payload)
                     self.wfile.flush()
-                finally:  # the answer is out (or the caller gone): now the hook may end the caller
+                finally:  # the answer is out (or the caller gone): now a hook may end the caller
                     for hook in later:
-                        timer = threading.Timer(STOP_HOOK_DELAY_S, hook)
+                        timer = threading.Timer(HOOK_DELAY_S, hook)
                         timer.daemon = True
                         timer.start()
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = handle_one
 
         self.server = ThreadingHTTPServer((host, 0), Handler)
         # a short poll: stop() returns within 50 ms instead of serve_forever's default 0.5 s
@@ -197,76 +155,227 @@ class RunPodReplay:
     def port(self) -> int:
         return self.server.server_address[1]
 
-    def answer(
-        self, path: str, authorization: str, body: bytes, later: list[Callable[[], None]] | None = None
-    ) -> tuple[int, dict[str, Any]]:
-        """The HTTP status and JSON answer to one POST. Hooks that must run after the answer
-        is sent are appended to ``later``; without a list they run here, before returning."""
-        parts = urlsplit(path)
-        try:
-            request = json.loads(body or b"{}")
-            query, variables = request.get("query", ""), request.get("variables") or {}
-        except (ValueError, AttributeError):
-            query, variables = None, {}
-        if not isinstance(variables, dict):
-            variables = {}
-        authorization = authorization or "Bearer " + parse_qs(parts.query).get("api_key", [""])[0]
-        caller = self._caller(authorization)
-        with self._lock:
-            self.requests.append({"path": parts.path, "query": query, "key": caller})
-        rest = re.fullmatch(r"/v1/pods/([^/]+)/stop", parts.path.rstrip("/"))
-        if rest is not None and self.rest_api:
-            return self._rest_stop(rest.group(1), caller, later)
-        if parts.path.rstrip("/") != "/graphql":
-            return 404, {"errors": [{"message": f"no such path {parts.path}"}]}
-        if caller is None:
-            return 401, {"error": "Unauthorized"}
-        if not isinstance(query, str):
-            return 400, {"errors": [{"message": "body must be JSON with a 'query'"}]}
-        own = caller.split(":", 1)[1] if caller.startswith("pod:") else None
-        pod_id = _argument(query, "podId", variables)
-        if re.search(r"\bpodStop\s*\(", query):
-            if own is not None and pod_id != own:
-                return _forbidden(own)
-            status, answer, hook = self._stop(pod_id)
-            if hook is not None:
-                if later is None:
-                    hook()
-                else:
-                    later.append(hook)
-            return status, answer
-        if re.search(r"\bpodResume\s*\(", query):
-            if own is not None:
-                return _forbidden(own)
-            return self._resume(pod_id, _argument(query, "gpuCount", variables))
-        with self._lock:
-            pods = copy.deepcopy(self.pods)
-        if re.search(r"\bmyself\s*\{\s*pods\b", query):
-            return 200, {"data": {"myself": {"pods": [pod for pod in pods if own in (None, pod.get("id"))]}}}
-        if re.search(r"\bpod\s*\(\s*input\b", query):
-            if own is not None and pod_id != own:
-                return _forbidden(own)
-            return 200, {"data": {"pod": next((pod for pod in pods if pod.get("id") == pod_id), None)}}
-        if own is not None:
-            return _forbidden(own)
-        return 200, {"errors": [{"message": "this replay server answers only the pod queries, podStop and podResume"}]}
+    def pod(self, pod_id: str) -> dict[str, Any] | None:
+        return next((p for p in self.pods if p.get("id") == pod_id), None)
 
-    def _rest_stop(
-        self, pod_id: str, caller: str | None, later: list[Callable[[], None]] | None
-    ) -> tuple[int, dict[str, Any]]:
-        """REST's ``POST /pods/{id}/stop``: the pod's own key or the account's; the pod as JSON."""
+    # --- one request ---------------------------------------------------------------------------------
+
+    def answer(
+        self,
+        method: str,
+        path: str,
+        authorization: str,
+        body: bytes,
+        later: list[Callable[[], None]],
+        agent: str = "",
+    ) -> Answer:
+        parts = urlsplit(path)
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        caller = self._caller(authorization)
+        record: dict[str, Any] = {"method": method, "path": parts.path, "query": query, "key": caller, "agent": agent}
+        with self._lock:
+            self.requests.append(record)
+            if any(word in agent for word in self.refused_agents):
+                # Cloudflare in front of RunPod's API, refusing a client by its User-Agent (error 1010)
+                status, answer, headers = problem(403, "Forbidden", "error code: 1010")
+            elif self.throttle > 0:
+                self.throttle -= 1
+                status, answer, headers = problem(429, "Too Many Requests", "rate limit exceeded for the minute window")
+                headers["Retry-After"] = str(self.retry_after)
+            else:
+                status, answer, headers = self._route(method, parts.path.rstrip("/"), query, caller, body, later)
+        record.update(status=status, answer=copy.deepcopy(answer), content_type=headers.get("Content-Type"))
+        record["live_deviation"] = isinstance(answer, dict) and set(answer) == {"error"}
+        return status, answer, headers
+
+    def _route(self, method, path, query, caller, raw, later) -> Answer:
+        if path.startswith("/v1/") or path == "/graphql":
+            return self._retired(path, raw, caller)
         if caller is None:
-            return 401, {"error": "Unauthorized"}
-        if caller.startswith("pod:") and caller != f"pod:{pod_id}":
-            return 403, {"error": f"forbidden: this API key belongs to {caller} and may only read and stop that pod"}
-        status, answer, hook = self._stop(pod_id)
-        if "errors" in answer:
-            return 404, {"error": answer["errors"][0]["message"]}
-        if hook is not None and later is not None:
-            later.append(hook)
-        elif hook is not None:
-            hook()
-        return 200, answer["data"]["podStop"]
+            return problem(401, "Unauthorized", "invalid bearer token")
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            return problem(400, "Bad Request", "the body is not JSON")
+        try:
+            template, _ = self.spec.operation(method, path)
+        except KeyError:
+            return problem(404, "Not Found", f"no route {method} {path}")
+        errors = self.spec.request_errors(method, path, body) if method in ("POST", "PUT", "PATCH") else []
+        if errors:
+            return problem(422, "Unprocessable Entity", "Request validation failed.", errors)
+        segments = path.split("/")
+        own = caller.split(":", 1)[1] if caller.startswith("pod:") else None
+        if own is not None:  # a pod's own key: read that pod, stop it; nothing else
+            allowed = (
+                template == "/v2/pods/{id}"
+                and method == "GET"
+                or (template == "/v2/pods/{id}/action" and (body or {}).get("action") == "stop")
+            )
+            if not allowed or segments[3] != own:
+                return problem(403, "Forbidden", "access denied")
+        handler = {
+            ("GET", "/v2/pods"): lambda: self._list(query),
+            ("POST", "/v2/pods"): lambda: self._create(body, later),
+            ("GET", "/v2/pods/{id}"): lambda: self._get(segments[3]),
+            ("DELETE", "/v2/pods/{id}"): lambda: self._action(segments[3], "terminate", later),
+            ("POST", "/v2/pods/{id}/action"): lambda: self._action(segments[3], body["action"], later),
+            ("GET", "/v2/network-volumes"): lambda: ok({"networkVolumes": copy.deepcopy(self.volumes)}),
+            ("POST", "/v2/network-volumes"): lambda: self._create_volume(body),
+            ("GET", "/v2/network-volumes/{id}"): lambda: self._volume(segments[3]),
+            ("GET", "/v2/catalog/gpus"): lambda: self._catalog(query),
+            ("GET", "/v2/account/ssh-keys"): lambda: ok({"keys": list(self.ssh_keys)}),
+            ("PUT", "/v2/account/ssh-keys"): lambda: self._set_keys(body),
+            ("GET", "/v2/billing/pods"): lambda: self._billing(query),
+        }[(method, template)]
+        return handler()
+
+    def _retired(self, path: str, raw: bytes, caller: str | None) -> Answer:
+        if path == "/graphql" and self.graphql_balance is not None and caller == "account":
+            if b"clientBalance" in raw:
+                return ok({"data": {"myself": {"clientBalance": self.graphql_balance, "currentSpendPerHr": 0.34}}})
+        return problem(410, "Gone", f"{path} is retired: use the REST API v2 (https://api.runpod.io/v2)")
+
+    def _list(self, query: dict[str, str]) -> Answer:
+        listed = [pods.public(p) for p in reversed(self.pods) if p.get("status") != "TERMINATED"]  # newest first
+        if self.page_size is None:
+            return ok({"pods": copy.deepcopy(listed)})
+        start = 0
+        if "cursor" in query:
+            if query["cursor"] not in self._cursors:
+                return problem(
+                    422, "Unprocessable Entity", "invalid cursor", [f"cursor {query['cursor']!r} is unknown"]
+                )
+            start = self._cursors[query["cursor"]]
+        try:
+            asked = int(query.get("limit", 1000))
+        except ValueError:
+            return problem(422, "Unprocessable Entity", "limit must be an integer")
+        size = max(1, min(asked, self.page_size))  # a page never holds more than the server's size
+        page = listed[start : start + size]
+        cursor = None
+        if start + size < len(listed):
+            cursor = secrets.token_urlsafe(9)
+            self._cursors[cursor] = start + size
+        return ok(
+            {"pods": copy.deepcopy(page), "pagination": {"nextCursor": cursor, "hasNextPage": cursor is not None}}
+        )
+
+    def _get(self, pod_id: str) -> Answer:
+        found = self.pod(pod_id)
+        if found is None or found.get("status") == "TERMINATED":
+            return problem(404, "Not Found", "pod not found")
+        return ok(copy.deepcopy(pods.public(found)))
+
+    def _action(self, pod_id: str, action: str, later: list[Callable[[], None]]) -> Answer:
+        found = self.pod(pod_id)
+        if found is None or found.get("status") == "TERMINATED":
+            return problem(404, "Not Found", "pod not found")
+        if action not in found["actions"]:
+            return problem(409, "Conflict", f"action {action} is not valid for a pod that is {found['status']}")
+        if action == "terminate":
+            found.update(status="TERMINATED", actions=[], runtime=None, cost=0.0)
+            self._later(later, "on_terminate", self.on_terminate, pod_id)
+            return ok(None, 204)
+        if action == "stop":
+            pods.stopped(found)
+            self._later(later, "on_stop", self.on_stop, pod_id)
+        elif action == "start":
+            if pod_id in self.no_gpu:
+                return 400, {"error": NO_FREE_GPUS}, {"Content-Type": "application/json"}
+            found.update(status="STARTING", actions=pods.actions_for("STARTING"))
+            self._later(later, "on_start", self.on_start, pod_id, place=pod_id)
+        elif action == "restart":
+            found["startedAt"] = pods.now_text()
+        return ok(copy.deepcopy(pods.public(found)))
+
+    def _create(self, body: dict[str, Any], later: list[Callable[[], None]]) -> Answer:
+        gpu = next((g for g in self.catalog if g["id"] == (body.get("gpu") or {}).get("id")), None)
+        if gpu is None:
+            return problem(400, "Bad Request", f"unknown GPU type {(body.get('gpu') or {}).get('id')!r}")
+        count = (body.get("gpu") or {}).get("count", 1)
+        network = (body.get("mounts") or {}).get("network") or []
+        volume = next((v for v in self.volumes if network and v["id"] == network[0]["volumeId"]), None)
+        if network and volume is None:
+            return problem(400, "Bad Request", f"network volume {network[0]['volumeId']} not found")
+        centers = [volume["dataCenter"]] if volume else (body.get("dataCenterIds") or list(gpu["_stock"]))
+        if volume and body.get("dataCenterIds") and volume["dataCenter"] not in body["dataCenterIds"]:
+            return problem(400, "Bad Request", "the network volume's data center is not among dataCenterIds")
+        placed = next((dc for dc in centers if gpu["_stock"].get(dc, "NONE") != "NONE"), None)
+        if placed is None or count > gpu["maxCount"]["secure"]:
+            return problem(400, "Bad Request", NO_CAPACITY)
+        pod_id = secrets.token_hex(7)
+        made = pods.pod(
+            pod_id,
+            body["name"],
+            None,
+            None,
+            gpu=gpu["id"],
+            gpu_count=count,
+            data_center=placed,
+            env=body.get("env"),
+            image=body.get("image", pods.IMAGE),
+            network_volume=volume and volume["id"],
+        )
+        made["env"] = dict(body.get("env") or {})
+        made.update(ports=list(body.get("ports") or []), disk=body.get("disk", 50), cloud=body.get("cloud", "SECURE"))
+        made["mounts"] = body.get("mounts") or {}
+        made.update(status="PROVISIONING", actions=pods.actions_for("PROVISIONING"), createdAt=pods.now_text())
+        made["_cost"] = round(gpu["price"]["secure"] * count, 4)
+        made["_ssh_keys"] = list(self.ssh_keys) if body.get("startSsh") else []  # what the pod's sshd accepts
+        self.pods.append(made)
+        self._later(later, "on_create", self.on_create, copy.deepcopy(made), place=pod_id)
+        return ok(copy.deepcopy(pods.public(made)), 201)
+
+    def _create_volume(self, body: dict[str, Any]) -> Answer:
+        centers = {dc for gpu in self.catalog for dc in gpu["_stock"]} | {pods.DATA_CENTER}
+        if body["dataCenter"] not in centers:
+            return problem(400, "Bad Request", f"unknown data center {body['dataCenter']}")
+        volume = pods.network_volume(secrets.token_hex(5), body["size"], body["dataCenter"], body["name"])
+        self.volumes.append(volume)
+        return ok(copy.deepcopy(volume), 201)
+
+    def _volume(self, volume_id: str) -> Answer:
+        volume = next((v for v in self.volumes if v["id"] == volume_id), None)
+        return ok(copy.deepcopy(volume)) if volume else problem(404, "Not Found", "network volume not found")
+
+    def _catalog(self, query: dict[str, str]) -> Answer:
+        if "include" in query and "product" not in query:
+            return problem(400, "Bad Request", "include=AVAILABILITY requires product")
+        count = int(query.get("count") or 1)
+        if "include" not in query:
+            return ok({"gpus": [pods.public(g) for g in self.catalog]})
+        return ok({"gpus": [pods.catalog_answer(g, count) for g in self.catalog]})
+
+    def _set_keys(self, body: dict[str, Any]) -> Answer:
+        self.ssh_keys = list(body["keys"])
+        return ok({"keys": list(self.ssh_keys)})
+
+    def _billing(self, query: dict[str, str]) -> Answer:
+        days = self.billing.get(query.get("podId", ""), [])
+        records = [
+            {
+                "startTime": "2026-11-28T00:00:00Z",
+                "endTime": "2026-11-29T00:00:00Z",
+                "podId": query.get("podId", ""),
+                "totalAmount": amount,
+                "gpuAmount": amount,
+                "cpuAmount": 0.0,
+                "diskAmount": 0.0,
+            }
+            for amount in days
+        ]
+        totals = {"totalAmount": sum(days), "gpuAmount": sum(days), "cpuAmount": 0.0, "diskAmount": 0.0}
+        window = {"startTime": "2026-10-30T00:00:00Z", "endTime": "2026-11-30T00:00:00Z", "bucketSize": "day"}
+        metadata = {
+            "query": {**window, "podId": query.get("podId")},
+            "recordCount": len(records),
+            "uniquePodCount": 1 if records else 0,
+            "totals": totals,
+        }
+        return ok({"records": records, "metadata": metadata})
+
+    # --- keys and hooks ------------------------------------------------------------------------------
 
     def _caller(self, authorization: str) -> str | None:
         """``"account"``, ``"pod:<id>"`` or None: whose key signed the request."""
@@ -278,85 +387,47 @@ class RunPodReplay:
                 return f"pod:{pod_id}"
         return None
 
-    def _pod(self, pod_id: str | None) -> dict[str, Any] | None:
-        return next((pod for pod in self.pods if pod_id is not None and pod.get("id") == pod_id), None)
-
-    def _stop(self, pod_id: str | None) -> tuple[int, dict[str, Any], Callable[[], None] | None]:
-        """Stop the pod (a pod already stopped stays so, and its hook does not run again)."""
-        with self._lock:
-            pod = self._pod(pod_id)
-            if pod is None:
-                return 200, _error(f"pod {pod_id} not found"), None
-            was_running = pod.get("desiredStatus") != "EXITED"
-            if was_running:
-                if pod.get("runtime"):
-                    self._runtimes[pod_id] = copy.deepcopy(pod["runtime"])
-                pod.update(desiredStatus="EXITED", runtime=None, uptimeSeconds=0)
-                pod["lastStatusChange"] = f"Exited by user: {_js_date()}"
-            answer = {k: pod.get(k) for k in ("id", "desiredStatus", "lastStatusChange")}
-        hook = None
-        if was_running and self.on_stop is not None:
-            hook = self._guarded("on_stop", self.on_stop, pod_id)
-        return 200, {"data": {"podStop": answer}}, hook
-
-    def _resume(self, pod_id: str | None, gpu_count: str | None) -> tuple[int, dict[str, Any]]:
-        """Resume a stopped pod with the runtime ``on_resume`` gives (or its last one)."""
-        with self._lock:
-            pod = self._pod(pod_id)
-            if pod is None:
-                return 200, _error(f"pod {pod_id} not found")
-            if pod.get("desiredStatus") == "RUNNING":
-                # What RunPod answers here is not on record; the replay refuses, as a resume
-                # that changes nothing would hide a controller resuming a pod it thinks stopped.
-                return 200, _error(f"pod {pod_id} is already running")
-            if pod_id in self.no_gpu:
-                return 200, _error(NO_FREE_GPUS)
-        runtime = self._runtimes.get(pod_id)
-        if self.on_resume is not None:
-            try:
-                runtime = self.on_resume(pod_id)
-            except Exception as exc:  # the API answers; the test reads hook_errors
-                self.hook_errors.append(f"on_resume({pod_id}): {type(exc).__name__}: {exc}")
-                # RunPod's catch-all answer (runpod/runpod-python#239, runpod/runpodctl#45)
-                return 200, _error("Something went wrong. Please try again later or contact support.")
-        with self._lock:
-            pod = self._pod(pod_id) or {}
-            pod.update(desiredStatus="RUNNING", runtime=copy.deepcopy(runtime), uptimeSeconds=0)
-            pod["lastStatusChange"] = f"Rented by User: {_js_date()}"
-            if gpu_count is not None and gpu_count.isdigit():
-                pod["gpuCount"] = int(gpu_count)
-            answer = {
-                "id": pod_id,
-                "desiredStatus": "RUNNING",
-                "imageName": pod.get("imageName", "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04"),
-                "env": copy.deepcopy(pod.get("env", [])),
-                "machineId": pod.get("machineId", f"m-{pod_id}"),
-                "machine": {"podHostId": f"{pod_id}-{secrets.token_hex(4)}"},
-            }
-        return 200, {"data": {"podResume": answer}}
-
-    def wait_for_hooks(self, timeout: float = 10.0) -> bool:
-        """Wait until every ``on_stop`` scheduled so far has returned; False if one still runs after
-        ``timeout`` seconds. Call it before starting a stopped stand-in pod again, so that its stop
-        cannot reach the processes of the new start."""
+    def _later(self, later, name: str, hook, argument, place: str | None = None) -> None:
+        """Run ``hook(argument)`` after the answer; with ``place`` (a pod id), an ``(ip, port)`` it
+        returns is where that pod runs from then on (a lost GPU stays lost)."""
+        if hook is None:
+            if place is not None:  # nobody plays the machine: the pod runs where it ran before
+                self._run_at(place, None)
+            return
         with self._hooks:
-            return self._hooks.wait_for(lambda: self._hooks_pending == 0, timeout)
-
-    def _guarded(self, name: str, hook: Callable[[str], Any], pod_id: str) -> Callable[[], None]:
-        with self._hooks:
-            self._hooks_pending += 1
+            self._pending += 1
 
         def run() -> None:
             try:
-                hook(pod_id)
+                where = hook(argument)
+                if place is not None:
+                    self._run_at(place, where)
             except Exception as exc:  # a hook runs on a timer thread: keep its failure for the test
-                self.hook_errors.append(f"{name}({pod_id}): {type(exc).__name__}: {exc}")
+                self.hook_errors.append(f"{name}({place or argument}): {type(exc).__name__}: {exc}")
             finally:
                 with self._hooks:
-                    self._hooks_pending -= 1
+                    self._pending -= 1
                     self._hooks.notify_all()
 
-        return run
+        later.append(run)
+
+    def _run_at(self, pod_id: str, where: Any) -> None:
+        with self._lock:
+            found = self.pod(pod_id)
+            if found is None or found["status"] not in ("STARTING", "PROVISIONING"):
+                return
+            old = next((p for p in ((found.get("_last") or {}).get("ports") or []) if p["private"] == 22), None)
+            ip, port = where if where else ((old["ip"], old["public"]) if old else (None, None))
+            if ip is None:
+                return
+            pods.running(found, ip, port)
+            if pod_id in self.gpu_lost:
+                found["runtime"]["gpus"] = []
+
+    def wait_for_hooks(self, timeout: float = 10.0) -> bool:
+        """Wait until every hook scheduled so far has returned; False if one still runs after ``timeout``."""
+        with self._hooks:
+            return self._hooks.wait_for(lambda: self._pending == 0, timeout)
 
     def start(self) -> RunPodReplay:
         self.thread.start()
@@ -371,30 +442,3 @@ class RunPodReplay:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def _argument(query: str, name: str, variables: dict[str, Any]) -> str | None:
-    """The value of ``name: "literal"``, ``name: 3`` or ``name: $var`` (from ``variables``) in ``query``."""
-    match = re.search(rf'\b{name}\s*:\s*(?:"([^"]*)"|(\d+)|\$(\w+))', query)
-    if match is None:
-        return None
-    if match.group(3) is not None:
-        value = variables.get(match.group(3))
-        return None if value is None else str(value)
-    return match.group(1) if match.group(1) is not None else match.group(2)
-
-
-def _error(message: str) -> dict[str, Any]:
-    return {"errors": [{"message": message}]}
-
-
-def _forbidden(own: str) -> tuple[int, dict[str, Any]]:
-    # RunPod's own wording for a pod-scoped key out of its scope is not on record.
-    return 200, _error(f"forbidden: this API key belongs to pod {own} and may only read and stop that pod")
-
-
-def _js_date(epoch: float | None = None) -> str:
-    """A time as RunPod's lastStatusChange writes it (JavaScript's Date.toString() in UTC), e.g.
-    "Exited by user: Wed Apr 08 2026 19:14:57 GMT+0000 (Coordinated Universal Time)" as clients of
-    the live API quote it; a resume reads "Rented by User: ..."."""
-    return time.strftime("%a %b %d %Y %H:%M:%S GMT+0000 (Coordinated Universal Time)", time.gmtime(epoch))
