@@ -1,20 +1,22 @@
-"""Your RunPod pods, listed live from the RunPod API (a dynamic pyinfra inventory).
+"""Your RunPod pods, listed live from RunPod's REST API v2 (a dynamic pyinfra inventory).
 
     export RUNPOD_API_KEY=...                    # RunPod > Settings > API Keys
     pyinfra -y inventories/runpod.py deploy.py   # converge every selected pod
     podkit verify inventories/runpod.py   # then prove each endpoint works
 
-Each run asks the API where every pod is now: a pod that was stopped, reset or
-migrated is found at its new IP and port. A pod is reached by "full SSH" (its
-public IP and the public port mapped to 22/tcp); expose 22/tcp with a public
-IP when you create it. Selected pods that cannot be deployed to (stopped, no
-public SSH port, back with zero GPUs, a host key that changed without a
-restart) are reported in one line each and left out, or fail the whole run
-with PODKIT_POD_STRICT=1. Host keys are trusted on first use per pod id, and
-again after a restart the API reports (see podkit/runpod/hostkeys.py).
+Each run asks the API where every pod is now (every page of GET /v2/pods): a pod
+that was stopped, started or moved is found at its new IP and port. A pod is
+reached by "full SSH" (ssh.direct: its public IP and the port mapped to 22/tcp);
+expose 22/tcp when you create it (podkit create does). Selected pods that
+cannot be deployed to (stopped, starting, no public SSH port, back without its
+GPU, a host key that changed without a restart) are reported in one line each
+and left out, or fail the whole run with PODKIT_POD_STRICT=1. Host keys are
+trusted on first use per pod id, and again after a start the API reports (see
+podkit/runpod/hostkeys.py). A pod's env PODKIT_DATA (a JSON object of settings,
+as podkit create writes it) overrides group_data for that pod.
 
 Environment:
-    RUNPOD_API_KEY               your API key (the runpod package does not read it itself)
+    RUNPOD_API_KEY               your API key
     RUNPOD_API_BASE_URL          another API endpoint (default https://api.runpod.io)
     PODKIT_POD_PREFIX            only pods whose name starts with this (default: every pod)
     PODKIT_POD_STRICT=1          fail the run when a selected pod cannot be deployed to
@@ -31,8 +33,9 @@ pod's volume mount path); settings for every pod go in group_data/runpod.py.
 import os
 import sys
 
+from podkit.runpod.control import PodsError, account, list_pods
 from podkit.runpod.hostkeys import PodKeys
-from podkit.runpod.pods import PodsError, by_prefix, hosts_for, list_pods
+from podkit.runpod.pods import SETTINGS_ENV, by_prefix, hosts_for, settings_hosts
 
 select = by_prefix(os.environ.get("PODKIT_POD_PREFIX", ""))
 
@@ -43,10 +46,10 @@ def _say(line):
 
 def _pods():
     try:
-        pods = list_pods(os.environ.get("RUNPOD_API_KEY"))
+        pods = list_pods(account(os.environ.get("RUNPOD_API_KEY")))
     except PodsError as exc:
         sys.exit(f"inventories/runpod.py: {exc}")
-    hosts, skipped = hosts_for(pods, select)
+    hosts, skipped = hosts_for(pods, select, inventory=os.path.relpath(__file__))
     hosts, changed, notes = PodKeys().check(hosts)
     skipped += changed
     for line in notes:
@@ -62,7 +65,17 @@ def _pods():
     return [(host.name, host.data) for host in hosts]
 
 
+def _settings(mode):
+    """podkit create and podkit up --move plan with the settings a pod has (or will have), whatever
+    its state: every selected pod (or the one to create) with its data, nothing to connect to."""
+    try:
+        pods = [] if mode.startswith("new:") else list_pods(account(os.environ.get("RUNPOD_API_KEY")))
+    except PodsError as exc:
+        sys.exit(f"inventories/runpod.py: {exc}")
+    return settings_hosts(pods, select, mode)
+
+
 # podkit up, down and status run this file as "podkit.pods" to read `select` alone: they see
 # stopped pods too, and resume or stop them.
 if __name__ != "podkit.pods":
-    runpod = _pods()
+    runpod = _settings(os.environ[SETTINGS_ENV]) if os.environ.get(SETTINGS_ENV) else _pods()

@@ -1,7 +1,7 @@
 """``podkit up``, ``podkit down`` and ``podkit status``: start on demand, stop, and what it has cost.
 
 A RunPod inventory (one that defines ``select``, as ``inventories/runpod.py`` does) is read
-twice: for the pods themselves, stopped ones included, through the ``runpod`` package and the
+twice: for the pods themselves, stopped ones included, through RunPod's REST API v2 and the
 user's RUNPOD_API_KEY (on the controller; the pods' own watchers use their pod-scoped keys),
 and through pyinfra for the pods that run. Any other inventory is bare metal: ``down`` stops
 the server (the edge stays and says so), ``up`` applies the deploy, which starts it.
@@ -9,74 +9,23 @@ the server (the edge stays and says so), ``up`` applies the deploy, which starts
 
 from __future__ import annotations
 
-import contextlib
-import io
-import os
-import runpy
-import shutil
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 import click
 
-from podkit import PROJECT_ROOT, project_path
 from podkit.host.podctl import PodctlError, podctl_command, read_answer
-from podkit.host.readiness import UP_STARTED
 from podkit.host.shell import RemoteError
 from podkit.host.status import HostStatus, describe, host_status, parse_status, status_config
-from podkit.runpod.pods import PodsError, list_pods, resume_pod, selected, stop_pod
+from podkit.runpod import control
+from podkit.runpod.api import RunPodApi
+from podkit.runpod.control import NoGpu, PodsError
+from podkit.runpod.pods import Pod, status_of
 from podkit.text import clean
 
 from .hosts import Host, load_hosts
 from .output import emit, host_option
-
-POD_LISTING = "podkit.pods"  # the name inventories/runpod.py is run under to read `select` alone
-
-
-def pod_selection(inventory: str):
-    """The inventory's pod filter when it lists RunPod pods (it defines ``select``), else None."""
-    path = project_path(inventory)
-    if not path.exists():
-        raise click.BadParameter(f"{inventory}: no such inventory file", param_hint="INVENTORY")
-    try:
-        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-            namespace = runpy.run_path(str(path), run_name=POD_LISTING)
-    except (SystemExit, Exception):  # a static inventory that refuses to load says why when pyinfra loads it
-        return None
-    select = namespace.get("select")
-    return select if callable(select) else None
-
-
-def account_key() -> str | None:
-    return os.environ.get("RUNPOD_API_KEY")
-
-
-def pods_of(select, host_names: tuple[str, ...]) -> list[tuple[str, dict]]:
-    """The inventory's pods, stopped ones too, as (host name, pod); only ``host_names`` when given."""
-    try:
-        pods = selected(list_pods(account_key()), select)
-    except PodsError as exc:
-        raise click.ClickException(str(exc)) from None
-    if host_names:
-        unknown = sorted(set(host_names) - {name for name, _ in pods})
-        if unknown:
-            raise click.BadParameter(f"no pod named {', '.join(unknown)} in the inventory", param_hint="--host")
-        pods = [(name, pod) for name, pod in pods if name in host_names]
-    if not pods:
-        raise click.ClickException("the inventory selects no pod")
-    return pods
-
-
-def running(pod: dict) -> bool:
-    return pod.get("desiredStatus") == "RUNNING" and bool(pod.get("runtime"))
-
-
-def quietly(load):
-    """``load()`` with the inventory's notes about left-out pods held back (status says it better)."""
-    with contextlib.redirect_stderr(io.StringIO()):
-        return load()
+from .pods import account, apply_deploy, pod_selection, pods_of, quietly, running
 
 
 def remote_status(host: Host) -> dict:
@@ -99,24 +48,32 @@ def statuses(inventory: str, host_names: tuple[str, ...]) -> list[HostStatus]:
         hosts = load_hosts(inventory, host_names)
         remotes = each_host(remote_status, hosts)
         return [host_status(h.name, h.settings, remote) for h, remote in zip(hosts, remotes)]
-    pods = pods_of(select, host_names)
+    api = account()
+    pods = pods_of(select, host_names, api)
     names = tuple(name for name, pod in pods if running(pod))
-    try:  # the inventory leaves out running pods it cannot deploy to (zero GPUs, no SSH port, a new host key)
+    try:  # the inventory leaves out running pods it cannot deploy to (no GPU, no SSH port, a new host key)
         by_name = {h.name: h for h in quietly(lambda: load_hosts(inventory, names))} if names else {}
     except click.ClickException:
         by_name = {}
     remote_of = dict(zip(by_name, each_host(remote_status, list(by_name.values()))))
     now = time.time()
-    return [
-        host_status(
-            name,
-            by_name[name].settings if name in by_name else None,
-            remote_of.get(name),
-            pod,
-            now,
-        )
+    found = [
+        host_status(name, by_name[name].settings if name in by_name else None, remote_of.get(name), status_of(pod), now)
         for name, pod in pods
     ]
+    for row, (_, pod) in zip(found, pods):  # what RunPod billed: one read a pod, skipped where refused
+        row.billed_usd = billed(api, pod)
+    return found
+
+
+def billed(api: RunPodApi, pod: Pod) -> float | None:
+    """What RunPod billed for the pod over the last 30 days (``GET /v2/billing/pods``), None where unread."""
+    from podkit.runpod.api import RunPodError
+
+    try:
+        return api.pod_billing(pod.id, days=30)
+    except RunPodError:
+        return None
 
 
 @click.command("status")
@@ -177,18 +134,21 @@ def down(inventory, host_names):
     failed = False
     select = pod_selection(inventory)
     if select is not None:
-        for name, pod in pods_of(select, host_names):
-            if pod.get("desiredStatus") != "RUNNING":
-                click.echo(f"{name}: already {str(pod.get('desiredStatus')).lower()}", err=True)
+        api = account()
+        for name, pod in pods_of(select, host_names, api):
+            if pod.state not in ("running", "starting"):
+                click.echo(f"{name}: already {pod.state} (RunPod says {pod.status})", err=True)
                 continue
             try:
-                said = stop_pod(account_key(), pod["id"], name)
+                now = control.stop(api, pod, name)
             except PodsError as exc:
                 click.echo(clean(exc), err=True)
                 failed = True
                 continue
             click.echo(
-                clean(f"{name}: stopped (RunPod says {said}); start it again: podkit up {inventory} --host {name}")
+                clean(
+                    f"{name}: stopped (RunPod says {now.status}); start it again: podkit up {inventory} --host {name}"
+                )
             )
         sys.exit(1 if failed else 0)
     for host in load_hosts(inventory, host_names):
@@ -219,76 +179,92 @@ def parse_status_line(output: str, errors: str = "", status: int = 0) -> dict:
         return {"ok": False, "error": str(exc)}
 
 
-def resume(select, host_names: tuple[str, ...], wait: float) -> tuple[list[str], list[str]]:
-    """Resume the selected pods that are stopped and wait until each has an SSH address.
-    Returns the pods that run now (host names) and one line per pod that cannot come back."""
-    pods = pods_of(select, host_names)
+def resume(
+    select, host_names: tuple[str, ...], wait: float, inventory: str = "INVENTORY"
+) -> tuple[list[str], list[str], dict[str, Pod]]:
+    """Start the selected pods that are stopped and wait until each runs with an SSH address.
+    Returns the pods that run now (host names), one line per pod that cannot come back, and the
+    pods that cannot get their GPU back (by host name): RunPod refused the start for want of a free
+    GPU on the pod's machine, or the pod came back without it. Those can only move."""
+    api = account()
+    pods = pods_of(select, host_names, api)
     problems: list[str] = []
-    waiting: dict[str, str] = {}
+    lost: dict[str, Pod] = {}
+    waiting: dict[str, Pod] = {}
+    up = []
     for name, pod in pods:
-        if running(pod):
+        if running(pod) and pod.lost_gpu:
+            problems.append(control.no_gpu_line(pod, name, inventory))
+            lost[name] = pod
             continue
-        if pod.get("desiredStatus") == "RUNNING":  # asked to start, no runtime yet
-            waiting[name] = pod["id"]
+        if running(pod):
+            up.append(name)
+            continue
+        if pod.state == "starting" or pod.running:  # asked to start already, no address yet
+            waiting[name] = pod
             continue
         try:
-            resume_pod(account_key(), pod["id"], name, int(pod.get("gpuCount") or 1))
+            control.start(api, pod, name, inventory)
+        except NoGpu as exc:
+            problems.append(str(exc))
+            lost[name] = pod
+            continue
         except PodsError as exc:
             problems.append(str(exc))
             continue
-        click.echo(f"{name}: resuming pod {pod['id']}", err=True)
-        waiting[name] = pod["id"]
+        click.echo(f"{name}: starting pod {pod.id}", err=True)
+        waiting[name] = pod
     deadline = time.monotonic() + wait
-    while waiting and time.monotonic() < deadline:
-        time.sleep(2)
-        now = dict(pods_of(select, tuple(waiting)))
-        for name in list(waiting):
-            pod = now.get(name) or {}
-            ports = [p for p in (pod.get("runtime") or {}).get("ports") or [] if p.get("privatePort") == 22]
-            if running(pod) and any(p.get("isIpPublic") for p in ports):
-                click.echo(f"{name}: running, SSH at {ports[0].get('ip')}:{ports[0].get('publicPort')}", err=True)
-                del waiting[name]
-    problems += [
-        f"pod {name} ({pod_id}) has no SSH address after {wait:.0f} s: re-run podkit up"
-        for name, pod_id in waiting.items()
-    ]
-    up = []
-    for name, pod in pods_of(select, host_names):
-        if running(pod) and not pod.get("gpuCount"):
-            problems.append(
-                f"pod {name} ({pod['id']}) came back with zero GPUs (its GPU was taken while it was stopped): "
-                "migrate it to a new pod on the same network volume, or stop it and run podkit up later"
+    for name, pod in waiting.items():
+        try:
+            now = control.wait_for_ssh(
+                api, pod.id, name, max(0.0, deadline - time.monotonic()), say=lambda line: click.echo(line, err=True)
             )
-        elif running(pod):
-            up.append(name)
-    return up, problems
-
-
-def apply_deploy(inventory: str, names: tuple[str, ...], started: float | None = None) -> int:
-    """``pyinfra -y INVENTORY deploy.py`` (limited to ``names``), its output on this terminal.
-    ``started``: when ``podkit up`` began, so each start's record holds its total from there."""
-    pyinfra = Path(sys.executable).parent / "pyinfra"
-    argv = [str(pyinfra) if pyinfra.exists() else (shutil.which("pyinfra") or "pyinfra"), "-y", inventory, "deploy.py"]
-    for name in names:
-        argv += ["--limit", name]
-    env = {**os.environ, UP_STARTED: f"{started:.3f}"} if started else None
-    return subprocess.run(argv, cwd=PROJECT_ROOT, stdout=sys.stderr, stderr=sys.stderr, env=env).returncode
+        except PodsError as exc:
+            problems.append(str(exc))
+            continue
+        if now.lost_gpu:
+            problems.append(control.no_gpu_line(now, name, inventory))
+            lost[name] = now
+            continue
+        if pod.state != "running":
+            host, port, _ = now.ssh_address() or ("?", 0, "")
+            click.echo(f"{name}: running, SSH at {host}:{port}", err=True)
+        up.append(name)
+    return up, problems, lost
 
 
 @click.command("up")
 @click.argument("inventory")
 @host_option
-@click.option("--wait", default=600, show_default=True, help="Seconds to wait for resumed pods to get an SSH address.")
-def up(inventory, host_names, wait):
-    """Start on demand: resume stopped RunPod pods (they come back at new addresses, with new host
+@click.option("--wait", default=600, show_default=True, help="Seconds to wait for started pods to get an SSH address.")
+@click.option(
+    "--move",
+    is_flag=True,
+    help="A pod whose GPU is gone: create a new pod on the same network volume (same data center, image, "
+    "ports, env and GPU type), deploy and verify it, then terminate the old one.",
+)
+@click.option(
+    "--any-gpu",
+    is_flag=True,
+    help="With --move: when the same GPU type is not in stock, any type the plan says fits (cheapest first).",
+)
+def up(inventory, host_names, wait, move, any_gpu):
+    """Start on demand: start stopped RunPod pods (they come back at new addresses, with new host
     keys, which the inventory handles), apply the deploy to them (or, on bare metal, to the hosts:
     it starts a server that was stopped), then print each endpoint's client settings.
+
+    A stopped pod is not a paused one: its GPU goes back to RunPod, and when another user took it,
+    RunPod refuses the start. podkit up says so in one line; with --move it moves the pod: a new
+    pod on the same network volume, deployed (nothing is installed or downloaded again: it is all
+    on the volume) and verified before the old pod is terminated.
 
     \b
     Exit codes: 0 every host serves, 1 a host could not be brought up.
 
     \b
     podkit up inventories/runpod.py --host coder-1
+    podkit up inventories/runpod.py --host coder-1 --move
     podkit up inventories/baremetal.py
     """
     from .client import client_settings, emit_settings
@@ -298,8 +274,18 @@ def up(inventory, host_names, wait):
     select = pod_selection(inventory)
     problems: list[str] = []
     names = host_names
+    if (move or any_gpu) and select is None:
+        raise click.BadParameter(
+            "--move and --any-gpu move RunPod pods: this inventory lists none", param_hint="--move"
+        )
     if select is not None:
-        up_now, problems = resume(select, host_names, wait)
+        up_now, problems, lost = resume(select, host_names, wait, inventory)
+        if move and lost:
+            from .move import move_pods
+
+            moved, settled, failed = move_pods(inventory, lost, wait, any_gpu, started)
+            problems = [p for p in problems if not p.startswith(tuple(f"pod {n} (" for n in settled))] + failed
+            up_now += moved
         names = tuple(up_now)
         for line in problems:
             click.echo(line, err=True)

@@ -246,7 +246,7 @@ def tunnel(inventory, host_names, local_port, client, as_json, wake, wake_timeou
 def _wake_tunnel(inventory, targets, ports, forward_ports, cas, argvs, settings, client, as_json, timeout) -> None:
     """``podkit tunnel --wake``: the forwards behind the local front, each started again by a wake."""
     from .hosts import load_targets
-    from .lifecycle import pod_selection, quietly
+    from .pods import pod_selection, quietly
     from .wakeup import LocalFront, Waker
 
     forwards: dict[str, Forward] = {}

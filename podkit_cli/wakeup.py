@@ -107,13 +107,14 @@ class Waker:
         self.inventory, self.select, self.reopen, self.wait = inventory, select, reopen, wait
 
     def __call__(self, name: str) -> tuple[bool, str]:
-        from .lifecycle import apply_deploy, resume
+        from .lifecycle import resume
+        from .pods import apply_deploy
 
         began, started = time.monotonic(), time.time()
         say([f"{name}: a request with the key came while it is stopped: starting it (as podkit up does)"])
         try:
             if self.select is not None:
-                up, problems = resume(self.select, (name,), self.wait)
+                up, problems, _ = resume(self.select, (name,), self.wait, self.inventory)
                 if name not in up:
                     return False, "; ".join(problems) or f"the pod of {name} is not running"
             resumed = time.monotonic()

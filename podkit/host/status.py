@@ -1,8 +1,8 @@
 """What ``podkit status`` says of a host: up or stopped, since when, what it serves, requests in
 flight, the idle time and the idle-stop deadline, and what it has cost.
 
-Two sources, each optional: the RunPod API's pod (its status, ``costPerHr``, ``uptimeSeconds``,
-``lastStatusChange``) and the host itself (``podctl status``: programs, vLLM's start, the served
+Two sources, each optional: the RunPod API's pod (its status, ``cost``, the container's uptime,
+``startedAt``) and the host itself (``podctl status``: programs, vLLM's start, the served
 model and context, the idle watcher's last reading, why the server was stopped). Times from the
 host are read on the host's clock and turned into ages there, so a controller whose clock is off
 still shows the right minutes. Pure: tests feed it recorded answers.
@@ -16,6 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from podkit.host.idlefiles import self_stop_problem
 from podkit.host.podctl import PodctlError, last_line, read_answer
 from podkit.host.probe import server_config
 from podkit.host.restarts import compare_lines, start_summary
@@ -57,7 +58,7 @@ class HostStatus:
     host: str
     state: str  # up, starting, stopped, crashed, unreachable; for a pod also RunPod's (exited, ...)
     since: float | None = None  # when it came up, or was stopped
-    since_text: str | None = None  # RunPod's lastStatusChange, when that is all there is
+    since_text: str | None = None  # what RunPod says of a pod that is not up (when it last started)
     model: str | None = None
     context: int | None = None
     in_flight: int | None = None
@@ -73,6 +74,10 @@ class HostStatus:
     #: the last wake on request (podkit/remote/idle/wake.py): {"at", "seconds", "how", "ok", "said", "from", ...}
     wake: dict[str, Any] | None = None
     pod_id: str | None = None
+    #: the idle watcher's proof that the pod can stop itself (``podkit/remote/idle/stops.py``)
+    self_stop: dict[str, Any] | None = None
+    #: what RunPod billed for the pod over the last 30 days (``GET /v2/billing/pods``), where read
+    billed_usd: float | None = None
     read_host: bool = False  # the host itself was read (podctl status), not only the RunPod API
     #: the last start: {"at", "logged": what vLLM logged, "compare": predicted vs logged, "record": a reference case}
     last_start: dict[str, Any] | None = None
@@ -152,21 +157,27 @@ def host_status(
 
 
 def _from_pod(status: HostStatus, pod: dict[str, Any], now: float) -> None:
+    """The pod's half, from RunPod's answer in plain values (``podkit.runpod.pods.status_of``):
+    id, state (starting, running, stopped, ...), RunPod's own status, cost an hour, uptime,
+    startedAt, and whether it runs without its GPU."""
     status.pod_id = pod.get("id")
-    desired = str(pod.get("desiredStatus") or "unknown")
-    status.usd_per_hour, uptime = _finite(pod.get("costPerHr")), _finite(pod.get("uptimeSeconds"))
-    if desired == "RUNNING":
-        status.state = "starting" if not pod.get("runtime") else "up"
+    state = str(pod.get("state") or "unknown")
+    status.usd_per_hour, uptime = _finite(pod.get("usd_per_hour")), _finite(pod.get("uptime_seconds"))
+    if state == "running":
+        status.state = "up" if pod.get("has_runtime") else "starting"
         if isinstance(uptime, (int, float)):
             status.since = now - uptime
             if isinstance(status.usd_per_hour, (int, float)):
                 status.spend_usd = round(status.usd_per_hour * uptime / 3600.0, 4)
-                status.spend_basis = "the pod's uptime since it last started (RunPod's costPerHr x uptimeSeconds)"
-        if not pod.get("gpuCount"):
-            status.notes.append("it runs with zero GPUs (its GPU was taken while it was stopped): migrate it")
+                status.spend_basis = "since it last started (RunPod's cost an hour x the container's uptime)"
+        if pod.get("lost_gpu"):
+            status.notes.append("it runs without its GPU (taken while it was stopped): move it (podkit up --move)")
         return
-    status.state = "stopped" if desired == "EXITED" else desired.lower()
-    status.since_text = pod.get("lastStatusChange")
+    status.state = state if state != "unknown" else str(pod.get("runpod_status") or "unknown").lower()
+    if state != "stopped":  # starting (no address yet), in error, or a status podkit does not know
+        status.since_text = f"RunPod says {pod.get('runpod_status')}"
+        return
+    status.since_text = f"last started {pod['started_at']}" if pod.get("started_at") else None
     status.spend_usd, status.spend_basis = 0.0, "stopped: RunPod bills only its volume"
 
 
@@ -288,6 +299,12 @@ def _from_host(status: HostStatus, remote: dict[str, Any], bare_metal: bool, now
         if deadline:
             status.idle_stop_in_minutes = _minutes(deadline - host_now)
             status.idle_stop_at = here(deadline)
+        if status.pod_id and status.idle_stop_minutes:  # never a stop promised that cannot happen
+            proof = idle.get("self_stop") if isinstance(idle.get("self_stop"), dict) else None
+            status.self_stop = proof
+            problem = self_stop_problem(status.pod_id, status.idle_stop_minutes, proof)
+            if problem:
+                status.problems.append(clean(problem))
     try:  # the plan file and the log are the host's: a forged one is a note, not a traceback
         status.last_start = last_start(status.host, remote.get("plan") or {}, remote.get("startup") or [])
     except (TypeError, ValueError, AttributeError, KeyError, OverflowError, ZeroDivisionError) as exc:
@@ -350,6 +367,10 @@ def _clock(epoch: float | None) -> str:
         return "?"
 
 
+def _cannot_stop(status: HostStatus) -> bool:
+    return any(problem.startswith(f"pod {status.pod_id} cannot stop itself") for problem in status.problems)
+
+
 def describe(status: HostStatus, inventory: str) -> list[str]:
     """The human lines of one host: a headline, then what is known of it."""
     head = f"{status.host}: {status.state}"
@@ -370,11 +391,12 @@ def describe(status: HostStatus, inventory: str) -> list[str]:
             lines.append(f"  last request {status.minutes_since_request:g} min ago")
         elif status.idle_minutes is not None:
             lines.append(f"  no request since the server came up {status.idle_minutes:g} min ago")
-        if status.idle_stop_minutes and status.idle_stop_in_minutes is not None:
+        if status.idle_stop_minutes and status.idle_stop_in_minutes is not None and not _cannot_stop(status):
             what = "the pod" if status.pod_id else "the server"
+            proven = f" (proven: RunPod answers its own key, {status.self_stop['via']})" if status.self_stop else ""
             lines.append(
                 f"  idle stop: {what} stops at {_clock(status.idle_stop_at)} "
-                f"(in {status.idle_stop_in_minutes:g} min) unless a request comes"
+                f"(in {status.idle_stop_in_minutes:g} min) unless a request comes{proven}"
             )
         elif not status.idle_stop_minutes:
             lines.append("  idle stop: off (podkit_idle_stop_minutes = 0)")
@@ -394,5 +416,7 @@ def describe(status: HostStatus, inventory: str) -> list[str]:
         lines.append(f"  spend: ${status.spend_usd:.2f}{rate} ({status.spend_basis})")
     elif status.spend_basis:
         lines.append(f"  spend: {status.spend_basis}")
+    if status.billed_usd is not None:
+        lines.append(f"  billed by RunPod over the last 30 days: ${status.billed_usd:.2f}")
     lines += [f"  {note}" for note in status.notes]
     return [clean(line) for line in lines]  # host text is data: no escape sequence reaches the terminal

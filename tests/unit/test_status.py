@@ -1,28 +1,22 @@
-"""podkit status, down and up (issue #14): a host's status from what ``podctl status`` said and
-its RunPod pod, on the host's clock; stopping and resuming pods through the real runpod package
-against the RunPod replay; the three commands through CliRunner on the states that need no SSH;
-and inventories/runpod.py read for its ``select`` alone."""
+"""podkit status (issue #14): a host's status from what ``podctl status`` said and its RunPod pod
+(REST v2's, as ``podkit.runpod.pods.status_of`` reads it), on the host's clock. The RunPod commands
+themselves are in test_runpod_cli.py."""
 
 import json
-import math
-import runpy
 
 import pytest
-from click.testing import CliRunner
 
-from podkit import project_path
 from podkit.host.status import describe, host_status, parse_status
-from podkit.runpod.pods import PodsError, _quiet_cpuinfo, by_prefix, resume_pod, selected, stop_pod
-from podkit_cli import cli
+from podkit.runpod.pods import Pod, status_of
 from podkit_cli.output import dumps
-from testing.runpod_api import NO_FREE_GPUS, RunPodReplay, running_pod
+from testing import runpod_pods as pods
 from tests.helpers import settings
 
 HOST_NOW = 1_795_000_000.0  # the host's clock when podctl status ran
 CONTROLLER_NOW = HOST_NOW + 3 * 3600  # a controller whose clock is three hours off the host's
 BARE = "inventories/baremetal.py"
 RUNPOD = "inventories/runpod.py"
-EXITED_AT = "Exited by user: Sun Nov 22 2026 21:04:10 GMT+0000 (Coordinated Universal Time)"
+STARTED = "2026-11-22T21:04:10Z"  # when RunPod says the pod last started
 
 
 # --- what the host and RunPod say ------------------------------------------------------------
@@ -46,6 +40,10 @@ def watcher(**changes):
         "pid": 5120,
         **changes,
     }
+
+
+#: the idle watcher's proof that pod k3x9pq2m7a1b4c can stop itself (a read of it with its own key)
+PROVEN = {"ok": True, "via": "v2", "why": None, "pod_id": "k3x9pq2m7a1b4c", "checked_at": HOST_NOW - 60}
 
 
 def podctl_status(**changes):
@@ -92,16 +90,28 @@ STOPPED_SERVER = {
 }
 
 
-def pod(pod_id="k3x9pq2m7a1b4c", name="coder-1", uptime=7200, cost=0.79, **changes):
-    return {
-        **running_pod(pod_id, name, "203.0.113.10", 40122, "/workspace", cost_per_hr=cost, uptime_seconds=uptime),
-        **changes,
-    }
+def raw_pod(pod_id="k3x9pq2m7a1b4c", name="coder-1", uptime=7200, cost=0.79):
+    raw = pods.pod(pod_id, name, "127.0.0.1", 40122, "/workspace", cost=cost, uptime=uptime)
+    raw["startedAt"] = STARTED
+    return raw
 
 
-def exited(entry):
-    """A pod as get_pods() lists it after a stop: EXITED, no runtime, no uptime."""
-    return {**entry, "desiredStatus": "EXITED", "runtime": None, "uptimeSeconds": 0, "lastStatusChange": EXITED_AT}
+def pod(pod_id="k3x9pq2m7a1b4c", name="coder-1", uptime=7200, cost=0.79, lost_gpu=False, starting=False):
+    """What status reads of a running pod (or one asked to start, no address yet; or back without its GPU)."""
+    raw = raw_pod(pod_id, name, uptime, cost)
+    if lost_gpu:
+        raw["runtime"]["gpus"] = []
+    if starting:
+        raw.update(status="STARTING", runtime=None)
+        raw["ssh"]["direct"] = None
+    return status_of(Pod.of(raw))
+
+
+def exited(pod_id="k3x9pq2m7a1b4c", name="coder-1"):
+    """What status reads of a pod after a stop: EXITED, no runtime, nothing billed but the volume."""
+    raw = raw_pod(pod_id, name)
+    pods.stopped(raw)
+    return status_of(Pod.of(raw))
 
 
 # --- host_status and describe -----------------------------------------------------------------
@@ -369,7 +379,7 @@ CASES = {
     ),
     "a RunPod pod serving, 2 h up at $0.79/h: $1.58, ages on the host's clock": dict(
         settings={"podkit_idle_stop_minutes": 30},
-        remote=podctl_status(idle=watcher(action="pod")),
+        remote=podctl_status(idle=watcher(action="runpod", self_stop=PROVEN)),
         pod=pod(),
         expect=dict(
             state="up",
@@ -382,45 +392,71 @@ CASES = {
             idle_stop_in_minutes=27.0,
             usd_per_hour=0.79,
             spend_usd=1.58,
-            spend_basis="the pod's uptime since it last started (RunPod's costPerHr x uptimeSeconds)",
+            spend_basis="since it last started (RunPod's cost an hour x the container's uptime)",
             notes=[],
         ),
         says=[
             "coder-1: up since ",
             "  idle stop: the pod stops at ",
-            " (in 27 min) unless a request comes",
-            "  spend: $1.58 at $0.79/h (the pod's uptime since it last started",
+            " (in 27 min) unless a request comes (proven: RunPod answers its own key, v2)",
+            "  spend: $1.58 at $0.79/h (since it last started",
         ],
         never=["start it"],
     ),
-    "a RunPod pod stopped: RunPod's lastStatusChange, nothing spent": dict(
+    "a RunPod pod that cannot stop itself: a problem, never the promise of a stop": dict(
+        settings={"podkit_idle_stop_minutes": 30},
+        remote=podctl_status(
+            idle=watcher(
+                action="runpod",
+                self_stop={
+                    **PROVEN,
+                    "ok": False,
+                    "via": None,
+                    "why": "REST v2 answered GET /v2/pods/k3x9pq2m7a1b4c with HTTP 403 (RunPod refused the pod's key)",
+                },
+            )
+        ),
+        pod=pod(),
+        expect=dict(
+            state="up",
+            problems=[
+                "pod k3x9pq2m7a1b4c cannot stop itself, so its idle stop after 30 minutes would not happen (REST v2 "
+                "answered GET /v2/pods/k3x9pq2m7a1b4c with HTTP 403 (RunPod refused the pod's key)): RunPod refused "
+                "the pod's own key: restart the pod (RunPod gives it a new one); or set podkit_idle_stop_minutes = 0 "
+                "and stop it with podkit down"
+            ],
+        ),
+        says=["  problem: pod k3x9pq2m7a1b4c cannot stop itself"],
+        never=["idle stop: the pod stops at"],
+    ),
+    "a RunPod pod stopped: when it last started, nothing spent": dict(
         settings=None,
         remote=None,
-        pod=exited(pod()),
+        pod=exited(),
         expect=dict(
             state="stopped",
             since=None,
-            since_text=EXITED_AT,
+            since_text=f"last started {STARTED}",
             spend_usd=0.0,
             spend_basis="stopped: RunPod bills only its volume",
-            usd_per_hour=0.79,
+            usd_per_hour=0.0,
             model=None,
             notes=[],
         ),
         says=[
-            f"coder-1: stopped ({EXITED_AT})",
+            f"coder-1: stopped (last started {STARTED})",
             f"  start it: podkit up {RUNPOD} --host coder-1",
-            "  spend: $0.00 at $0.79/h (stopped: RunPod bills only its volume)",
+            "  spend: $0.00 at $0/h (stopped: RunPod bills only its volume)",
         ],
         never=["serves", "idle stop"],
     ),
     "a RunPod pod asked to start, no runtime yet": dict(
         settings=None,
         remote=None,
-        pod=pod(uptime=0, runtime=None),
-        expect=dict(state="starting", since=CONTROLLER_NOW, spend_usd=0.0),
-        says=["coder-1: starting since "],
-        never=["start it"],
+        pod=pod(uptime=0, starting=True),
+        expect=dict(state="starting", since=None, since_text="RunPod says STARTING", spend_usd=None),
+        says=["coder-1: starting (RunPod says STARTING)"],
+        never=["start it", "spend"],
     ),
     "a RunPod pod that runs but whose SSH fails: RunPod's state, and the error": dict(
         settings={},
@@ -430,17 +466,17 @@ CASES = {
         says=["  coder-1: cannot run the command over SSH (Connection refused)"],
         never=[],
     ),
-    "a RunPod pod running with zero GPUs: a note to migrate it": pytest.param(
+    "a RunPod pod running without its GPU: a note to move it": pytest.param(
         dict(
-            settings=None,  # the inventory leaves a zero-GPU pod out: no settings, no remote
+            settings=None,  # the inventory leaves such a pod out: no settings, no remote
             remote=None,
-            pod=pod(pod_id="z3r0g9p8u7a6b5", name="coder-4", uptime=64, cost=0.0, gpuCount=0),
+            pod=pod(pod_id="z3r0g9p8u7a6b5", name="coder-4", uptime=64, cost=0.0, lost_gpu=True),
             expect=dict(
                 state="up",
                 spend_usd=0.0,
-                notes=["it runs with zero GPUs (its GPU was taken while it was stopped): migrate it"],
+                notes=["it runs without its GPU (taken while it was stopped): move it (podkit up --move)"],
             ),
-            says=["  it runs with zero GPUs (its GPU was taken while it was stopped): migrate it"],
+            says=["  it runs without its GPU (taken while it was stopped): move it (podkit up --move)"],
             never=["None", "idle stop: off"],
         ),
     ),
@@ -506,328 +542,6 @@ def test_podctl_status_output_is_parsed_or_an_error(output, expected):
     assert parse_status(output) == expected
 
 
-# --- stop_pod, resume_pod and selected against the RunPod replay -----------------------------
-
-ACCOUNT_KEY = "rp-account-key-7f3c"
-A, B, Z = "poda0000000001", "podb0000000001", "podz0000000001"
-
-
-@pytest.fixture
-def runpod_module(monkeypatch):
-    """The runpod package, its global key put back after the test (the product sets it)."""
-    _quiet_cpuinfo()
-    import runpod
-
-    monkeypatch.setattr(runpod, "api_key", None)
-    return runpod
-
-
-@pytest.fixture
-def replay(monkeypatch, runpod_module):
-    """The replay with pod A running, pod B stopped and pod Z stopped with its GPUs gone, plus a
-    notebook that no inventory selects."""
-    pods = [
-        pod(A, "tst-a"),
-        exited(pod(B, "tst-b")),
-        exited(pod(Z, "tst-z")),
-        pod("podn0000000001", "notebook", cost=0.44),
-    ]
-    for entry in pods:  # SSH at a closed local port: were a test to reach for it, it fails at once
-        for port in (entry["runtime"] or {}).get("ports", []):
-            port["ip"] = "127.0.0.1"
-        if entry["runtime"]:
-            entry["runtime"]["ports"][0]["publicPort"] = 9
-    server = RunPodReplay(api_key=ACCOUNT_KEY, pods=pods, pod_keys={A: "rp-pod-key-a"}, no_gpu={Z})
-    monkeypatch.setenv("RUNPOD_API_BASE_URL", server.url)
-    with server:
-        yield server
-
-
-def status_of(replay, pod_id):
-    return next(p for p in replay.pods if p["id"] == pod_id)["desiredStatus"]
-
-
-def mutations(replay):
-    return [
-        (r["key"], "podStop" if "podStop" in r["query"] else "podResume")
-        for r in replay.requests
-        if "mutation" in r["query"]
-    ]
-
-
-def test_stop_pod_exits_the_pod(replay):
-    assert stop_pod(ACCOUNT_KEY, A, "tst-a") == "EXITED"
-    assert status_of(replay, A) == "EXITED" and mutations(replay) == [("account", "podStop")]
-
-
-def test_resume_pod_runs_a_stopped_pod(replay):
-    assert resume_pod(ACCOUNT_KEY, B, "tst-b", 1) == "RUNNING"
-    assert status_of(replay, B) == "RUNNING" and mutations(replay) == [("account", "podResume")]
-
-
-def test_a_pod_whose_gpus_are_gone_cannot_come_back_and_says_the_fix(replay):
-    with pytest.raises(PodsError) as caught:
-        resume_pod(ACCOUNT_KEY, Z, "tst-z", 1)
-    line = str(caught.value)
-    assert "\n" not in line
-    assert line.startswith(f"pod tst-z ({Z}) cannot come back: its machine has no free GPU now ")
-    assert NO_FREE_GPUS in line
-    assert line.endswith("wait and run podkit up again, or migrate it: a new pod on the same network volume")
-    assert status_of(replay, Z) == "EXITED"
-
-
-FAILURES = {
-    "stop with another account's key": (
-        lambda: stop_pod("rp-someone-elses-key", A, "tst-a"),
-        f"pod tst-a ({A}): RunPod did not stop it: AuthenticationError: Unauthorized request, please check your API key.",
-    ),
-    "resume with another account's key": (
-        lambda: resume_pod("rp-someone-elses-key", B, "tst-b", 1),
-        f"pod tst-b ({B}): RunPod did not resume it: AuthenticationError: Unauthorized request, please check your API key.",
-    ),
-    "resume of a pod that runs": (
-        lambda: resume_pod(ACCOUNT_KEY, A, "tst-a", 1),
-        f"pod tst-a ({A}): RunPod did not resume it: QueryError: pod {A} is already running",
-    ),
-    "stop of another pod with a pod's own key": (
-        lambda: stop_pod("rp-pod-key-a", B, "tst-b"),
-        f"pod tst-b ({B}): RunPod did not stop it: QueryError: forbidden: this API key belongs to pod {A} "
-        "and may only read and stop that pod",
-    ),
-    "stop without a key": (
-        lambda: stop_pod(None, A, "tst-a"),
-        "RUNPOD_API_KEY is not set: export your RunPod API key (Settings > API Keys) and re-run",
-    ),
-    "resume without a key": (
-        lambda: resume_pod("", B, "tst-b", 1),
-        "RUNPOD_API_KEY is not set: export your RunPod API key (Settings > API Keys) and re-run",
-    ),
-}
-
-
-@pytest.mark.parametrize("call, message", FAILURES.values(), ids=FAILURES.keys())
-def test_a_stop_or_resume_that_fails_is_one_line_without_the_key(replay, call, message):
-    with pytest.raises(PodsError) as caught:
-        call()
-    assert str(caught.value) == message
-    assert "rp-someone-elses-key" not in str(caught.value) and "rp-pod-key-a" not in str(caught.value)
-    assert status_of(replay, A) == "RUNNING" and status_of(replay, B) == "EXITED"
-
-
-SELECTIONS = {
-    "every state, in the API's order": (
-        [pod("p1", "tst-a"), exited(pod("p2", "tst-b")), pod("p3", "notebook")],
-        by_prefix("tst-"),
-        [("tst-a", "p1"), ("tst-b", "p2")],
-    ),
-    "two pods with one name get their ids": (
-        [pod("p1", "coder"), exited(pod("p2", "coder")), pod("p3", "coder-2")],
-        by_prefix(""),
-        [("coder-p1", "p1"), ("coder-p2", "p2"), ("coder-2", "p3")],
-    ),
-    "a name no host name may carry, and no name at all": (
-        [pod("p1", "my coder/1"), pod("p2", None)],
-        lambda entry: True,
-        [("my-coder-1", "p1"), ("p2", "p2")],
-    ),
-    "nothing selected": ([pod("p1", "notebook")], by_prefix("tst-"), []),
-}
-
-
-@pytest.mark.parametrize("pods, select, expected", SELECTIONS.values(), ids=SELECTIONS.keys())
-def test_selected_names_every_selected_pod(pods, select, expected):
-    assert [(name, entry["id"]) for name, entry in selected(pods, select)] == expected
-
-
-# --- the CLI: podkit status, down and up, on states that need no SSH -------------------------
-
-
-@pytest.fixture
-def account(replay, monkeypatch, tmp_path):
-    """inventories/runpod.py selecting the tst- pods of the replay, with the account's key."""
-    monkeypatch.setenv("RUNPOD_API_KEY", ACCOUNT_KEY)
-    monkeypatch.setenv("PODKIT_POD_PREFIX", "tst-")
-    monkeypatch.setenv("PODKIT_STATE_DIR", str(tmp_path / "state"))
-    for name in ("PODKIT_POD_STRICT", "PODKIT_ACCEPT_NEW_HOST_KEY"):
-        monkeypatch.delenv(name, raising=False)
-    return replay
-
-
-def invoke(*args):
-    return CliRunner().invoke(cli, list(args))
-
-
-def no_traceback(result):
-    assert "Traceback" not in result.output, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-
-
-def test_status_of_stopped_pods_says_since_when_and_how_to_start_them(account):
-    account.pods[0] = exited(account.pods[0])
-    result = invoke("status", RUNPOD, "--json")
-    assert result.exit_code == 0, result.output
-    found = json.loads(result.stdout)
-    assert sorted(found) == ["tst-a", "tst-b", "tst-z"]  # the notebook is not selected
-    for name, row in found.items():
-        assert row["host"] == name and row["state"] == "stopped" and row["error"] is None
-        assert row["spend_usd"] == 0.0 and row["spend_basis"] == "stopped: RunPod bills only its volume"
-        assert row["since_text"] == EXITED_AT and row["since"] is None
-    assert found["tst-a"]["pod_id"] == A
-
-    human = invoke("status", RUNPOD)
-    assert human.exit_code == 0, human.output
-    for name in found:
-        assert f"{name}: stopped ({EXITED_AT})" in human.output
-        assert f"  start it: podkit up {RUNPOD} --host {name}" in human.output
-    assert not mutations(account)
-
-
-def test_status_of_one_host(account):
-    result = invoke("status", RUNPOD, "--host", "tst-b", "--json")
-    assert result.exit_code == 0, result.output
-    assert list(json.loads(result.stdout)) == ["tst-b"]
-
-
-def test_status_of_a_running_pod_with_zero_gpus_shows_it_with_the_note(account):
-    account.pods[0] = exited(account.pods[0])  # the one pod that runs has no GPU: nothing to reach
-    zero = pod("podq0000000001", "tst-q", uptime=64, cost=0.0, gpuCount=0)
-    zero["runtime"]["ports"][0].update(ip="127.0.0.1", publicPort=9)  # nothing to reach, were it tried
-    zero["runtime"]["ports"][1]["ip"] = "127.0.0.1"
-    account.pods.append(zero)
-    result = invoke("status", RUNPOD, "--json")
-    assert result.exit_code == 0, result.output
-    row = json.loads(result.stdout)["tst-q"]
-    assert row["state"] == "up" and row["notes"] == [
-        "it runs with zero GPUs (its GPU was taken while it was stopped): migrate it"
-    ]
-
-
-def test_down_stops_a_running_pod_with_the_account_key_and_says_how_to_start_it(account):
-    result = invoke("down", RUNPOD, "--host", "tst-a")
-    assert result.exit_code == 0, result.output
-    assert result.output == (f"tst-a: stopped (RunPod says EXITED); start it again: podkit up {RUNPOD} --host tst-a\n")
-    assert mutations(account) == [("account", "podStop")]
-    assert status_of(account, A) == "EXITED" and status_of(account, "podn0000000001") == "RUNNING"
-    after = json.loads(invoke("status", RUNPOD, "--host", "tst-a", "--json").stdout)["tst-a"]
-    assert after["state"] == "stopped" and after["since_text"].startswith("Exited by user: ")
-
-
-def test_down_of_a_stopped_pod_says_so_and_stops_nothing(account):
-    result = invoke("down", RUNPOD, "--host", "tst-b")
-    assert result.exit_code == 0, result.output
-    assert result.output == "tst-b: already exited\n"
-    assert not mutations(account)
-
-
-def test_down_of_every_selected_pod_stops_only_those_that_run(account):
-    result = invoke("down", RUNPOD)
-    assert result.exit_code == 0, result.output
-    assert "tst-a: stopped (RunPod says EXITED)" in result.output
-    assert "tst-b: already exited" in result.output and "tst-z: already exited" in result.output
-    assert mutations(account) == [("account", "podStop")]
-    assert status_of(account, "podn0000000001") == "RUNNING"  # not selected: left alone
-
-
-def test_up_of_a_pod_whose_gpus_are_gone_names_it_and_the_fix(account):
-    result = invoke("up", RUNPOD, "--host", "tst-z")
-    assert result.exit_code == 1
-    no_traceback(result)
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 2, result.output
-    assert lines[0].startswith(f"pod tst-z ({Z}) cannot come back: its machine has no free GPU now ")
-    assert lines[0].endswith("wait and run podkit up again, or migrate it: a new pod on the same network volume")
-    assert lines[1] == "Error: no pod is running to deploy to"
-    assert mutations(account) == [("account", "podResume")] and status_of(account, Z) == "EXITED"
-
-
-def test_up_resumes_a_stopped_pod_and_says_when_it_gets_no_ssh_address(account):
-    """The replay brings tst-b back without a runtime (as RunPod shows a pod whose container has not
-    started): with --wait 0 it is resumed once, then named with the fix, and nothing is deployed."""
-    result = invoke("up", RUNPOD, "--host", "tst-b", "--wait", "0")
-    assert result.exit_code == 1
-    no_traceback(result)
-    assert result.output.splitlines() == [
-        f"tst-b: resuming pod {B}",
-        f"pod tst-b ({B}) has no SSH address after 0 s: re-run podkit up",
-        "Error: no pod is running to deploy to",
-    ]
-    assert mutations(account) == [("account", "podResume")] and status_of(account, B) == "RUNNING"
-
-
-@pytest.mark.parametrize("command", ["status", "down", "up"])
-def test_an_unknown_host_is_bad_input_in_one_line(account, command):
-    result = invoke(command, RUNPOD, "--host", "tst-nope")
-    assert result.exit_code == 2
-    no_traceback(result)
-    assert (
-        result.output.strip().splitlines()[-1]
-        == "Error: Invalid value for --host: no pod named tst-nope in the inventory"
-    )
-    assert not mutations(account)
-
-
-@pytest.mark.parametrize("command", ["status", "down", "up"])
-def test_without_runpod_api_key_every_command_says_so_in_one_line(account, monkeypatch, command):
-    monkeypatch.delenv("RUNPOD_API_KEY")
-    result = invoke(command, RUNPOD)
-    assert result.exit_code == 1
-    no_traceback(result)
-    assert result.output == (
-        "Error: RUNPOD_API_KEY is not set: export your RunPod API key (Settings > API Keys) and re-run\n"
-    )
-    assert account.requests == []
-
-
-def test_a_wrong_account_key_is_one_line_without_it(account, monkeypatch):
-    monkeypatch.setenv("RUNPOD_API_KEY", "rp-someone-elses-key")
-    result = invoke("status", RUNPOD)
-    assert result.exit_code == 1
-    no_traceback(result)
-    assert result.output == "Error: RunPod refused RUNPOD_API_KEY (401): make a new key under Settings > API Keys\n"
-
-
-@pytest.mark.parametrize("command", ["status", "down", "up"])
-def test_a_missing_inventory_is_bad_input(command, tmp_path):
-    result = invoke(command, str(tmp_path / "nowhere.py"))
-    assert result.exit_code == 2 and "no such inventory file" in result.output
-
-
-# --- inventories/runpod.py ---------------------------------------------------------------------
-
-
-def test_the_runpod_inventory_read_as_podkit_pods_defines_select_without_asking_the_api(account):
-    namespace = runpy.run_path(str(project_path(RUNPOD)), run_name="podkit.pods")
-    assert callable(namespace["select"]) and "runpod" not in namespace
-    assert [name for name, _ in selected(account.pods, namespace["select"])] == ["tst-a", "tst-b", "tst-z"]
-    assert account.requests == []
-
-
-def test_the_runpod_inventory_loaded_normally_still_builds_the_runpod_group(account, capsys):
-    # nothing listens on 127.0.0.1:9 (the replay's fixture): the host-key scan fails at once, the pod is kept
-    namespace = runpy.run_path(str(project_path(RUNPOD)))
-    assert [name for name, _ in namespace["runpod"]] == ["tst-a"]  # the stopped pods are left out
-    data = dict(namespace["runpod"])["tst-a"]
-    assert (data["ssh_hostname"], data["ssh_port"], data["runpod_pod_id"]) == ("127.0.0.1", 9, A)
-    assert any("myself" in r["query"] for r in account.requests)
-    said = capsys.readouterr().err
-    assert f"pod tst-b ({B}): is exited, not running" in said
-
-
-def test_up_of_a_pod_running_with_zero_gpus_names_it_and_deploys_nothing(account):
-    zero = pod("podq0000000001", "tst-q", uptime=64, cost=0.0, gpuCount=0)
-    zero["runtime"]["ports"][0].update(ip="127.0.0.1", publicPort=9)  # nothing to reach, were it tried
-    account.pods.append(zero)
-    result = invoke("up", RUNPOD, "--host", "tst-q")
-    assert result.exit_code == 1
-    no_traceback(result)
-    assert result.output.splitlines() == [
-        "pod tst-q (podq0000000001) came back with zero GPUs (its GPU was taken while it was stopped): "
-        "migrate it to a new pod on the same network volume, or stop it and run podkit up later",
-        "Error: no pod is running to deploy to",
-    ]
-    assert not mutations(account)
-
-
 NOT_A_NUMBER = {
     "NaN": "NaN",
     "Infinity": "Infinity",
@@ -851,14 +565,6 @@ def test_a_host_number_that_is_not_finite_is_no_reading(literal):
 
 
 def test_a_pod_price_that_is_not_finite_is_no_price():
-    pod = {"id": "p", "desiredStatus": "RUNNING", "runtime": {}, "costPerHr": float("nan"), "uptimeSeconds": 60}
-    status = host_status("tst-a", None, None, pod, HOST_NOW)
+    raw = {**raw_pod(), "cost": float("nan")}
+    status = host_status("tst-a", None, None, status_of(Pod.of(raw)), HOST_NOW)
     assert status.usd_per_hour is None and status.spend_usd is None
-
-
-def test_status_json_stays_strict_json_when_runpod_gives_no_finite_price(account):
-    account.pods[1] = {**account.pods[1], "costPerHr": float("nan")}
-    result = invoke("status", RUNPOD, "--json")
-    no_traceback(result)
-    found = json.loads(result.stdout, parse_constant=pytest.fail)
-    assert all(row["spend_usd"] is None or math.isfinite(row["spend_usd"]) for row in found.values())

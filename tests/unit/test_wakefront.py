@@ -230,11 +230,14 @@ WAKER_CASES = {
     "the pod comes back, the deploy passes, the forward opens": (["coder-b"], [], 0, None, True, "resumed in "),
     "no GPU free on its machine": (
         [],
-        ["pod coder-b (podb1) came back with zero GPUs (its GPU was taken while it was stopped): migrate it"],
+        [
+            "pod coder-b (podb1) cannot get its GPU back: its machine has no free GPU now (RunPod says: not enough "
+            "free GPUs on the host machine); move it to a new pod on the same volume: podkit up INV --host coder-b --move"
+        ],
         0,
         None,
         False,
-        "pod coder-b (podb1) came back with zero GPUs",
+        "pod coder-b (podb1) cannot get its GPU back",
     ),
     "the deploy fails": (["coder-b"], [], 1, None, False, "the deploy failed (its output is above)"),
     "the inventory no longer lists it": (["coder-b"], [], 0, "no host coder-b in the inventory", False, "no host"),
@@ -245,17 +248,15 @@ WAKER_CASES = {
 def test_a_wake_runs_what_podkit_up_runs_then_opens_the_forward(case, monkeypatch):
     import click
 
-    from podkit_cli import lifecycle
+    from podkit_cli import lifecycle, pods
     from podkit_cli.wakeup import Waker
 
     up, problems, deploy_rc, reopen_error, ok, said = case
     ran = []
     monkeypatch.setattr(
-        lifecycle, "resume", lambda select, names, wait: ran.append(("resume", names)) or (up, problems)
+        lifecycle, "resume", lambda select, names, wait, inv: ran.append(("resume", names)) or (up, problems, {})
     )
-    monkeypatch.setattr(
-        lifecycle, "apply_deploy", lambda inv, names, started: ran.append(("deploy", names)) or deploy_rc
-    )
+    monkeypatch.setattr(pods, "apply_deploy", lambda inv, names, started: ran.append(("deploy", names)) or deploy_rc)
 
     def reopen(name):
         ran.append(("reopen", name))
