@@ -9,6 +9,7 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 
 from podkit.host.hoststate import orphan_line
+from podkit.host.idlefiles import self_stop_problem
 from podkit.host.podctl import PodctlError, podctl_command, read_answer
 from podkit.host.programs import PROGRAMS
 from podkit.text import clean
@@ -246,3 +247,43 @@ def orphans(found: list[dict]):
         host.noop("no vLLM engine outlived its server")
         return
     yield FunctionCommand(_reap, (found,), {})
+
+
+@operation(is_idempotent=False)
+def self_stop(pod_id: str, minutes: float, proof: dict | None, restarted: bool, cfg: dict):
+    """
+    Ensure a RunPod pod can stop itself when idle: its idle watcher read the pod through RunPod's
+    API with the pod's own key (the same ways the stop goes), so the stop is known to work before
+    it is needed. A watcher this run restarted proves it again at its start, and this waits for it.
+
+    + pod_id: the pod
+    + minutes: the idle stop (podkit_idle_stop_minutes)
+    + proof: what the probe read of the watcher's last proof
+    + restarted: the watcher (re)started in this run, so the probe's proof is not its own
+    + cfg: podctl self-stop's config (``idle_state``, ``pod_id``, ``after``, ``window``)
+
+    **Example:**
+
+    .. code:: python
+
+        supervisor.self_stop(
+            name="Ensure pod abc can stop itself after 30 minutes without a request",
+            pod_id="abc", minutes=30, proof=pod.self_stop, restarted=False, cfg=cfg,
+        )
+    """
+    if not restarted and proof is not None and self_stop_problem(pod_id, minutes, proof) is None:
+        host.noop(f"pod {pod_id} can stop itself: RunPod answered its own key ({proof.get('via')})")
+        return
+    yield FunctionCommand(_prove_self_stop, (pod_id, minutes, None if restarted else proof, cfg), {})
+
+
+def _prove_self_stop(state, host, pod_id: str, minutes: float, proof: dict | None, cfg: dict) -> bool:
+    if proof is None:  # the watcher proves it at its start: wait for that
+        answer = podctl_answer(host, "self-stop", cfg)
+        proof = answer.get("self_stop") or {"ok": False, "pod_id": pod_id, "why": answer.get("error")}
+    problem = self_stop_problem(pod_id, minutes, proof)
+    if problem:
+        host.log_styled(clean(problem), fg="red", log_func=logger.error)
+        return False
+    host.log(f"pod {pod_id} can stop itself: RunPod answered a read of it with its own key ({proof.get('via')})")
+    return True

@@ -52,6 +52,7 @@ class Server(Turn):
         self.scripts()  # 6-8. the env file, the launch script, the edge, the idle watcher
         self.supervise()  # 9. what keeps them running: supervisord, or systemd units
         self.readiness()  # 10. vLLM answers and lists the model behind the edge (else the kept files back)
+        self.self_stop()  # 11. a pod that stops itself when idle has proven it can (its own key, RunPod's API)
 
     def read(self) -> None:
         """1. Read the host (GPUs, volume, installed vLLM, managed files and their modes, supervisor,
@@ -357,6 +358,8 @@ class Server(Turn):
                 restarted=restart or installed_unit.will_change,
                 as_root=pod.root,
             )
+            if role == "idle_unit":
+                self.idle_restarted = restart or installed_unit.will_change or not unit.up
         self.restarted = self.restart_vllm
 
     def by_supervisord(self, units: dict) -> None:
@@ -388,6 +391,7 @@ class Server(Turn):
             names=self.programs,
         )
         self.restarted = self.restart_vllm or conf.will_change or not running
+        self.idle_restarted = self.restart_idle or conf.will_change or not running
 
     def readiness(self) -> None:
         """10. vLLM answers on loopback and lists the served model (with the key), and the edge answers
@@ -411,4 +415,28 @@ class Server(Turn):
             # supervise starts the exit count again at a restart; a server left running keeps its own
             crashes_before=0 if self.restarted and not self.systemd else pod.crashes,
             restore=restore_config(settings, pod, tls=way.tls != "off") if self.restorable else None,
+        )
+
+    def self_stop(self) -> None:
+        """11. A RunPod pod that is to stop itself when idle proves, before it must, that it can: its idle
+        watcher reads the pod through RunPod's API with the pod's own key, the same ways its stop goes.
+        A watcher this run (re)started proves it at its start (one more remote command, then only)."""
+        pod_id, minutes, pod = self.host.data.get("runpod_pod_id"), self.settings.idle_stop_minutes, self.pod
+        if not pod_id or not minutes:
+            return
+        paths = self.paths
+        supervisor.self_stop(
+            name=f"Ensure pod {pod_id} can stop itself after {minutes:g} minute{'s' if minutes != 1 else ''} "
+            "without a request (RunPod answers its own key)",
+            pod_id=pod_id,
+            minutes=minutes,
+            proof=pod.self_stop,
+            restarted=self.idle_restarted or pod.programs.get("idle") not in ("RUNNING", "ACTIVE"),
+            cfg={
+                "idle_state": paths.idle_state,
+                "idle_log": paths.idle_log,
+                "pod_id": pod_id,
+                "after": (pod.self_stop or {}).get("checked_at") or 0,
+                "window": 150,
+            },
         )

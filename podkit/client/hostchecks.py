@@ -13,7 +13,9 @@ from typing import Any
 from podkit.client.outcome import Outcome, worst
 from podkit.client.serverinfo import ServerInfo
 from podkit.host.hoststate import orphan_line
+from podkit.host.idlefiles import self_stop_problem
 from podkit.host.supervision import program_problems
+from podkit.text import clean
 
 
 @dataclass
@@ -139,3 +141,20 @@ def program_check(info: ServerInfo, seconds: float) -> Check:
         return Check("programs supervised", False, "; ".join(problems), seconds, Outcome.ERROR)
     running = ", ".join(f"{name} {state}" for name, state in sorted(info.programs.items()))
     return Check("programs supervised", True, f"{info.supervisor}: {running}", seconds)
+
+
+def self_stop_check(info: ServerInfo, seconds: float) -> Check | None:
+    """A RunPod pod told to stop itself when idle has proven it can (its idle watcher read the pod with
+    the pod's own key): else the stop podkit promised would not happen. None where nothing is promised."""
+    idle = info.idle or {}
+    idle_seconds = idle.get("idle_seconds")
+    if idle.get("action") != "runpod" or not isinstance(idle_seconds, (int, float)) or idle_seconds <= 0:
+        return None
+    pod_id = str(idle.get("pod_id") or "?")
+    proof = idle.get("self_stop") if isinstance(idle.get("self_stop"), dict) else None
+    problem = self_stop_problem(pod_id, idle_seconds / 60, proof)
+    if problem or proof is None:
+        return Check("the pod can stop itself", False, clean(problem), seconds, Outcome.ERROR)
+    return Check(
+        "the pod can stop itself", True, f"RunPod answered pod {pod_id}'s own key ({proof.get('via')})", seconds
+    )

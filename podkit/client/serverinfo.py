@@ -62,6 +62,9 @@ class ServerInfo:
     supervisor_pid: int | None = None
     programs: dict[str, str] | None = None
     program_said: dict[str, str | None] | None = None
+    #: what the idle watcher is told to stop ({"action", "pod_id", "idle_seconds"}) and its proof that a
+    #: pod can stop itself ({"self_stop": ...}); None when the host was not read
+    idle: dict[str, Any] | None = None
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -130,6 +133,7 @@ def parse_describe(host: str, settings: Settings, output: str) -> ServerInfo:
         supervisor_pid=data.get("supervisor_pid"),
         programs=data.get("programs"),
         program_said=data.get("program_said"),
+        idle=data.get("idle") if isinstance(data.get("idle"), dict) else None,
     )
     if not info.running:
         info.error = f"no vLLM server runs under {settings.supervisor} on this host"

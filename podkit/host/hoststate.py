@@ -171,6 +171,8 @@ class HostState:
     supervisord_left: int | None = None  # with systemd chosen: a supervisord still running from before
     #: a cluster node's way to its head: {"env", "head", "address", "interface", "local", "gateway", "error"}
     cluster: dict[str, Any] | None = None
+    #: the idle watcher's proof that this pod can stop itself: {"ok", "via", "why", "pod_id", "checked_at"}
+    self_stop: dict[str, Any] | None = None
     unreadable: str | None = None
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 

@@ -13,6 +13,8 @@ from podkit.settings import PackageSpec, Settings
 
 # How often the watcher reads vLLM's counters: a stop comes at most this late.
 IDLE_POLL_SECONDS = 5
+#: How long the watcher's proof that a pod can stop itself stands before it proves it again.
+SELF_STOP_CHECK_SECONDS = 6 * 3600
 
 #: How long the edge holds a request while the server wakes or starts, before a 503 (a start from
 #: the volume's caches; a cold start that has to compile everything may take longer)
@@ -62,6 +64,7 @@ def idle_config(
         "usd_per_hour": settings.usd_per_hour,  # for podkit status: what the host was deployed with
         "poll_seconds": IDLE_POLL_SECONDS,
         "retry_seconds": 300,
+        "self_stop_check_seconds": SELF_STOP_CHECK_SECONDS,
         "state_file": paths.idle_state,
         "stopped_file": paths.stopped_marker,
         "action": "runpod" if pod_id else "server",
@@ -86,3 +89,24 @@ def idle_config_problems(settings: Settings, host_name: str, pod_id: str | None)
     key = problem.split(" ", 1)[0]
     fix = f"fix {IDLE_SETTINGS[key]}" if key in IDLE_SETTINGS else "re-apply with podkit's own templates"
     return [f"the idle watcher would refuse its config ({problem}): {fix}"]
+
+
+def self_stop_problem(pod_id: str, minutes: float, proof: dict | None) -> str | None:
+    """Why pod ``pod_id`` would not stop itself after ``minutes`` idle (the idle watcher's proof: a
+    read of the pod with its own key, the same ways the stop goes), with the fix; None when it can."""
+    if isinstance(proof, dict) and proof.get("ok") and proof.get("pod_id") == pod_id:
+        return None
+    if not isinstance(proof, dict) or proof.get("pod_id") not in (pod_id, None):
+        why = "the idle watcher has not proven it can (is it running? podkit status says)"
+    else:
+        why = str(proof.get("why") or "no reason given")
+    if "RUNPOD_API_KEY" in why or "RUNPOD_POD_ID" in why:
+        fix = "RunPod gives every pod its id and a pod-scoped key: use an image that keeps RunPod's environment"
+    elif "refused the pod's key" in why:
+        fix = "RunPod refused the pod's own key: restart the pod (RunPod gives it a new one)"
+    else:
+        fix = "the pod must reach api.runpod.io (or carry a runpodctl that does)"
+    return (
+        f"pod {pod_id} cannot stop itself, so its idle stop after {minutes:g} minutes would not happen ({why}): "
+        f"{fix}; or set podkit_idle_stop_minutes = 0 and stop it with podkit down"
+    )

@@ -45,6 +45,8 @@ def server_config(settings: Settings, tls: bool = False) -> dict[str, Any]:
         "edge": {"port": settings.edge_port, "tls": tls},
         "key_file": paths.api_key,
         "run_dir": paths.run,
+        # the idle watcher's last reading: its proof that a pod can stop itself (``self_stop``) among it
+        "idle_state": paths.idle_state,
         "accepted_launches": paths.accepted_launches,
         "supervisor": settings.supervisor,
         "unit": UNIT_NAME,
@@ -192,5 +194,6 @@ def parse_probe(output: str) -> HostState:
         orphans=data.get("orphans") or [],
         lock=data.get("lock"),
         cluster=data.get("cluster"),
+        self_stop=data.get("self_stop") if isinstance(data.get("self_stop"), dict) else None,
         raw=data,
     )

@@ -1,7 +1,8 @@
 """The idle watcher (podkit/remote/idle/, as the host runs it): vLLM's counters as the CPU build prints them, the idle
-clock through a day of requests, and the two stops it makes: the pod through the stand-in
-runpodctl against the RunPod replay (with the pod's own key, from its container environment), and
-the server through the real supervisord."""
+clock through a day of requests, and the two stops it makes: the pod through RunPod's REST API v2
+(the replay), or the stand-in runpodctl, new or old, where v2 refuses the watcher (with the pod's own
+key, from its container environment), and the server through the real supervisord; and the proof,
+before a stop is needed, that a pod can stop itself."""
 
 import json
 import os
@@ -10,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from testing.netpods import DEFAULT_PATH, STANDINS
-from testing.runpod_api import RunPodReplay, running_pod
+from testing import runpod_pods
+from testing.netpods import DEFAULT_PATH, NEW_RUNPODCTL, OLD_RUNPODCTL
+from testing.runpod_api import RunPodReplay
 from tests.helpers import idle
 from tests.unit import test_supervision
 
@@ -126,57 +128,98 @@ def test_container_environment_comes_from_pid_1_then_rp_environment(tmp_path):
 
 
 POD, POD_KEY, ACCOUNT_KEY = "podidle000001", "rp-pod-scoped-key", "rp-account-key"
+#: Cloudflare in front of RunPod once refused a client by its User-Agent (403, error 1010): the
+#: watcher's own request can fail where runpodctl's does not
+WATCHER_AGENT = "podkit-idle"
 
 
 @pytest.fixture
 def api():
     stopped = []
     replay = RunPodReplay(
-        api_key=ACCOUNT_KEY,
-        pods=[running_pod(POD, "coder", "203.0.113.5", 40022, "/workspace")],
-        pod_keys={POD: POD_KEY},
-        on_stop=stopped.append,
+        ACCOUNT_KEY, [runpod_pods.pod(POD, "coder", "127.0.0.1", 40022, "/workspace")], pod_keys={POD: POD_KEY}
     )
+    replay.on_stop = stopped.append
     replay.stopped = stopped
     with replay:
         yield replay
 
 
-def pod_env(api, tmp_path, **changes):
+def pod_env(api, tmp_path, runpodctl=NEW_RUNPODCTL, **changes):
     env = {
         "RUNPOD_POD_ID": POD,
         "RUNPOD_API_KEY": POD_KEY,
         "RUNPOD_API_BASE_URL": api.url,
-        "RUNPOD_REST_API_URL": api.url + "/v1",
         "RUNPOD_STANDIN_LOG": str(tmp_path / "runpodctl.log"),
-        "PATH": f"{STANDINS}:{DEFAULT_PATH}",
+        "PATH": f"{runpodctl}:{DEFAULT_PATH}",
     }
     env.update(changes)
     return {k: v for k, v in env.items() if v is not None}
 
 
-def test_the_pod_is_stopped_through_the_rest_api_with_its_own_key_and_no_runpodctl(api, tmp_path):
+def runpodctl_calls(tmp_path):
+    log = tmp_path / "runpodctl.log"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_the_pod_is_stopped_through_rest_v2_with_its_own_key_and_no_runpodctl(api, tmp_path):
     ok, said = idle.stop_pod({}, pod_env(api, tmp_path, PATH="/nowhere"))
-    assert ok and said == f"asked RunPod to stop pod {POD} (REST API: EXITED)", said
+    assert ok and said == f"asked RunPod to stop pod {POD} (REST v2: RunPod says EXITED)", said
     assert api.wait_for_hooks() and api.stopped == [POD]
-    assert [(r["path"], r["key"]) for r in api.requests] == [(f"/v1/pods/{POD}/stop", f"pod:{POD}")]
-    assert not (tmp_path / "runpodctl.log").exists()
+    assert [(r["method"], r["path"], r["key"]) for r in api.requests] == [
+        ("POST", f"/v2/pods/{POD}/action", f"pod:{POD}")
+    ]
+    assert api.requests[0]["agent"].startswith(WATCHER_AGENT) and runpodctl_calls(tmp_path) == []
+
+
+def test_the_proof_that_the_pod_can_stop_itself_reads_it_and_stops_nothing(api, tmp_path):
+    proof = idle.check_pod_stop({}, pod_env(api, tmp_path, PATH="/nowhere"))
+    assert {k: proof[k] for k in ("ok", "via", "why", "pod_id")} == {
+        "ok": True,
+        "via": "v2",
+        "why": None,
+        "pod_id": POD,
+    }
+    assert [(r["method"], r["path"]) for r in api.requests] == [("GET", f"/v2/pods/{POD}")]
+    assert api.pod(POD)["status"] == "RUNNING" and api.stopped == []
 
 
 @pytest.mark.proc
-def test_where_the_rest_api_fails_the_pods_own_runpodctl_stops_it(api, tmp_path):
-    api.rest_api = False  # an API without the route (or one that moved)
+def test_where_v2_refuses_the_watcher_a_new_runpodctl_stops_the_pod(api, tmp_path):
+    api.refused_agents = {WATCHER_AGENT}
     ok, said = idle.stop_pod({"pod_id": "ignored-when-the-pod-says"}, pod_env(api, tmp_path))
-    assert ok, said
-    assert said == (
-        f'asked RunPod to stop pod {POD} (runpodctl: pod "{POD}" stopped; the REST API did not: '
-        f"the REST API answered HTTP 404 to POST /pods/{POD}/stop)"
-    )
+    assert ok and said == (
+        f"asked RunPod to stop pod {POD} (runpodctl: runpodctl pod stop: RunPod says EXITED; REST v2 did not: "
+        f"REST v2 answered POST /v2/pods/{POD}/action with HTTP 403 (RunPod refused the pod's key): Forbidden: "
+        "error code: 1010)"
+    ), said
     assert api.wait_for_hooks() and api.stopped == [POD]
-    assert [(r["key"], "podStop" in r["query"]) for r in api.requests[1:]] == [(f"pod:{POD}", True)]
-    (call,) = [json.loads(line) for line in (tmp_path / "runpodctl.log").read_text().splitlines()]
-    assert call["argv"] == ["stop", "pod", POD] and call["api_key_set"] is True  # the key in env, never argv
-    assert POD_KEY not in (tmp_path / "runpodctl.log").read_text()
+    (call,) = runpodctl_calls(tmp_path)
+    assert call["argv"] == ["pod", "stop", POD] and call["build"] == "new" and call["api_key_set"] is True
+    assert POD_KEY not in (tmp_path / "runpodctl.log").read_text()  # the key in env, never argv
+
+
+@pytest.mark.proc
+def test_an_old_runpodctl_speaks_apis_runpod_switched_off_and_the_pod_cannot_stop(api, tmp_path):
+    api.refused_agents = {WATCHER_AGENT}
+    ok, said = idle.stop_pod({}, pod_env(api, tmp_path, runpodctl=OLD_RUNPODCTL))
+    assert not ok and "\n" not in said
+    assert said.endswith(
+        f'; runpodctl pod stop {POD} exited 1: Error: unknown command "pod" for "runpodctl"; '
+        f"runpodctl stop pod {POD} exited 1: Error: statuscode 410"
+    ), said
+    assert [c["argv"][:2] for c in runpodctl_calls(tmp_path)] == [["pod", "stop"], ["stop", "pod"]]
+    assert api.stopped == [] and api.pod(POD)["status"] == "RUNNING"
+    proof = idle.check_pod_stop({}, pod_env(api, tmp_path, runpodctl=OLD_RUNPODCTL))
+    assert not proof["ok"] and "runpodctl get pod" in proof["why"] and "statuscode 410" in proof["why"]
+
+
+@pytest.mark.proc
+def test_the_proof_through_a_new_runpodctl_where_v2_refuses_the_watcher(api, tmp_path):
+    api.refused_agents = {WATCHER_AGENT}
+    proof = idle.check_pod_stop({}, pod_env(api, tmp_path))
+    assert proof["ok"] and proof["via"] == "runpodctl" and "HTTP 403" in proof["why"]
+    assert api.pod(POD)["status"] == "RUNNING"
 
 
 @pytest.mark.proc
@@ -186,19 +229,21 @@ def test_where_the_rest_api_fails_the_pods_own_runpodctl_stops_it(api, tmp_path)
         ({"RUNPOD_API_KEY": None}, "the pod's environment has no RUNPOD_API_KEY"),
         ({"RUNPOD_POD_ID": None}, "no pod id"),
         ({"RUNPOD_POD_ID": "x; rm -rf /"}, "no pod id"),
-        ({"PATH": "/nowhere"}, "the REST API answered HTTP 404"),  # the default PATH is searched too
-        ({"RUNPOD_API_KEY": "rp-wrong"}, "the REST API answered HTTP 401"),
+        ({"PATH": "/nowhere"}, "REST v2 answered POST"),  # the default PATH is searched too
+        ({"RUNPOD_API_KEY": "rp-wrong"}, "REST v2 answered POST"),
     ],
 )
 def test_a_pod_that_cannot_be_stopped_says_why_in_one_line(api, tmp_path, changes, cause):
-    api.rest_api = changes.get("RUNPOD_API_KEY") == "rp-wrong"  # else: the REST API fails, runpodctl is tried
+    if "PATH" in changes:
+        api.refused_agents = {WATCHER_AGENT}
     ok, said = idle.stop_pod({}, pod_env(api, tmp_path, **changes))
     assert not ok and "\n" not in said
     assert said.startswith(cause), said
     if "PATH" in changes:
         assert said.endswith("; runpodctl is not on the pod's PATH (RunPod's images carry it)"), said
     if changes.get("RUNPOD_API_KEY"):
-        assert "; runpodctl stop pod podidle000001 exited 1" in said
+        assert "HTTP 401 (RunPod refused the pod's key)" in said
+        assert f"; runpodctl pod stop {POD} exited 1: Error: statuscode 401" in said
     assert "rp-wrong" not in said and POD_KEY not in said
     assert api.stopped == []
 
@@ -427,5 +472,5 @@ def test_an_old_runpodctl_that_says_stop_failed_and_exits_0_is_a_failed_stop(tmp
     fake.write_text("#!/bin/sh\necho 'pod \"podidle000001\" stop failed; status is RUNNING'\n")
     fake.chmod(0o755)
     env = {"RUNPOD_API_KEY": POD_KEY, "PATH": str(tmp_path)}
-    ok, said = idle.stop_pod_runpodctl(POD, env)
+    ok, said = idle.runpodctl(POD, env, [("stop", "pod")])
     assert not ok and said == f'runpodctl stop pod {POD} exited 0: pod "{POD}" stop failed; status is RUNNING'

@@ -13,12 +13,16 @@ After ``idle_seconds`` of no activity (0: never; the clock is still kept, for
 ``podkit status``) it reads the counters once more and, if nothing runs or
 waits, stops what costs money:
 
-- ``action = "runpod"``: the pod itself, through RunPod's REST API (``POST
-  /pods/<id>/stop``), the pod's ``runpodctl stop pod <id>`` where that fails
-  (old or new runpodctl). The pod's id and its pod-scoped API key come from the
-  container's environment (PID 1's, as RunPod sets it; ``/etc/rp_environment``
-  as a fallback); the key goes in a header or runpodctl's environment, never
-  argv, and never the user's account key, which is not on the pod.
+- ``action = "runpod"``: the pod itself, through RunPod's REST API v2 (``POST
+  /v2/pods/<id>/action`` ``{"action": "stop"}``), the pod's runpodctl where
+  that fails (``pod stop <id>``, then the old ``stop pod <id>``). The pod's id
+  and its pod-scoped API key come from the container's environment (PID 1's, as
+  RunPod sets it; ``/etc/rp_environment`` as a fallback); the key goes in a
+  header or runpodctl's environment, never argv, and never the user's account
+  key, which is not on the pod. Before any stop is due the watcher proves the
+  way (a read of the pod with that key, the same ways: at start, then every few
+  hours) and keeps the outcome in its state file (``self_stop``), which the
+  deploy, ``podkit status`` and ``podkit verify`` read.
 - ``action = "server"``: vLLM alone (bare metal), freeing the GPU: put to sleep
   where it runs with sleep mode (``sleep``), else ``supervisorctl stop vllm`` or
   ``systemctl stop``. The edge keeps answering; a request with the key wakes it

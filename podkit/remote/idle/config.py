@@ -34,8 +34,9 @@ def config_problem(cfg):
         if not isinstance(cfg.get(key), str) or not cfg.get(key):
             return "%s must be a file path (got %r)" % (key, cfg.get(key))
     problem = _number(cfg, "idle_seconds", 0, LONGEST_SECONDS) or _number(cfg, "poll_seconds", 0.1, 3600, zero=False)
-    if problem is None and cfg.get("retry_seconds") is not None:
-        problem = _number(cfg, "retry_seconds", 1, LONGEST_SECONDS)
+    for key in ("retry_seconds", "self_stop_check_seconds"):
+        if problem is None and cfg.get(key) is not None:
+            problem = _number(cfg, key, 1, LONGEST_SECONDS)
     if problem is None and cfg.get("usd_per_hour") is not None:
         problem = _number(cfg, "usd_per_hour", 0, 1000000)
     if problem:

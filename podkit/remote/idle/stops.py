@@ -1,6 +1,7 @@
 """What the watcher stops, and how: the pod with its own key (from the container's environment,
-never argv) through RunPod's REST API, its runpodctl as the fallback; or vLLM under its supervisor;
-the marker that says why, and the state file ``podkit status`` reads.
+never argv) through RunPod's REST API v2, its runpodctl (new or old) as the fallback; or vLLM under
+its supervisor; the marker that says why, and the state file ``podkit status`` reads. And the proof,
+before any stop is needed, that the pod can stop itself: a read of the pod with the same key.
 """
 
 import http.client
@@ -19,9 +20,14 @@ import xmlrpc.client
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 POD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 STOPPING_SECONDS = 60  # after a stop was asked: no second ask within this (the pod is going down)
-#: RunPod's REST API, as RunPod documents it (docs.runpod.io, API reference: POST /pods/{podId}/stop);
-#: ``RUNPOD_REST_API_URL`` in the pod's environment points elsewhere (the tests' replay)
-REST_API = "https://rest.runpod.io/v1"
+#: RunPod's REST API v2 (``POST /v2/pods/{id}/action``); ``RUNPOD_API_BASE_URL`` in the pod's
+#: environment points elsewhere (the tests' replay). REST v1 (rest.runpod.io/v1) is retired.
+API_URL = "https://api.runpod.io"
+USER_AGENT = "podkit-idle (RunPod pod self-stop)"
+#: runpodctl's two ways to say it: the v2 builds' (``pod stop``), then the old one (``stop pod``),
+#: which new builds keep as an alias and old builds send to APIs RunPod has switched off.
+RUNPODCTL_STOP = (("pod", "stop"), ("stop", "pod"))
+RUNPODCTL_READ = (("pod", "get"), ("get", "pod"))
 
 
 def container_env(proc_environ="/proc/1/environ", rp_environment="/etc/rp_environment"):
@@ -49,68 +55,134 @@ def container_env(proc_environ="/proc/1/environ", rp_environment="/etc/rp_enviro
     return env
 
 
-def stop_pod(cfg, env=None):
-    """Ask RunPod to stop this pod with the pod's own key: through its REST API (``POST
-    /pods/{id}/stop``), and where that fails through the pod's runpodctl, old or new (both take
-    ``stop pod ID``), so no one client or API version is needed. Returns (ok, one line)."""
-    env = container_env() if env is None else env
+def pod_and_key(cfg, env):
+    """(pod id, None) from the container's environment, or (None, why the pod cannot stop itself)."""
     pod_id = env.get("RUNPOD_POD_ID") or cfg.get("pod_id") or ""
     if not POD_ID.fullmatch(pod_id):
-        return False, "no pod id (RUNPOD_POD_ID is not in the pod's environment and the deploy gave none)"
+        return None, "no pod id (RUNPOD_POD_ID is not in the pod's environment and the deploy gave none)"
     if not env.get("RUNPOD_API_KEY"):
-        return False, "the pod's environment has no RUNPOD_API_KEY (the pod-scoped key RunPod gives every pod)"
-    ok, rest = stop_pod_rest(pod_id, env)
+        return None, "the pod's environment has no RUNPOD_API_KEY (the pod-scoped key RunPod gives every pod)"
+    return pod_id, None
+
+
+def stop_pod(cfg, env=None):
+    """Ask RunPod to stop this pod with the pod's own key: through REST v2 (``POST
+    /v2/pods/{id}/action``), and where that fails through the pod's runpodctl, new form then old,
+    so no one client build is needed. Returns (ok, one line)."""
+    env = container_env() if env is None else env
+    pod_id, why = pod_and_key(cfg, env)
+    if pod_id is None:
+        return False, why
+    ok, rest = api_call(pod_id, env, "POST", {"action": "stop"})
     if ok:
-        return True, "asked RunPod to stop pod %s (%s)" % (pod_id, rest)
-    ok, ctl = stop_pod_runpodctl(pod_id, env)
+        return True, "asked RunPod to stop pod %s (REST v2: %s)" % (pod_id, rest)
+    ok, ctl = runpodctl(pod_id, env, RUNPODCTL_STOP)
     if ok:
-        return True, "asked RunPod to stop pod %s (runpodctl: %s; the REST API did not: %s)" % (pod_id, ctl, rest)
+        return True, "asked RunPod to stop pod %s (runpodctl: %s; REST v2 did not: %s)" % (pod_id, ctl, rest)
     return False, "%s; %s" % (rest, ctl)
 
 
-def stop_pod_rest(pod_id, env, timeout=30):
-    """``POST <REST API>/pods/ID/stop`` with the pod-scoped key in the header. Returns (ok, one line)."""
-    base = (env.get("RUNPOD_REST_API_URL") or REST_API).rstrip("/")
-    request = urllib.request.Request("%s/pods/%s/stop" % (base, pod_id), data=b"{}", method="POST")
+def check_pod_stop(cfg, env=None):
+    """Whether this pod could stop itself now, proven without stopping it: the same key and the same
+    ways as :func:`stop_pod`, asked for a read of the pod. Returns a record for the state file:
+    ``{"ok", "via": "v2" | "runpodctl" | None, "why", "pod_id", "checked_at"}``."""
+    env = container_env() if env is None else env
+    pod_id, why = pod_and_key(cfg, env)
+    record = {"ok": False, "via": None, "why": why, "pod_id": pod_id, "checked_at": time.time()}
+    if pod_id is None:
+        return record
+    ok, rest = api_call(pod_id, env, "GET", None)
+    if ok:
+        record.update(ok=True, via="v2", why=None)
+        return record
+    ok, ctl = runpodctl(pod_id, env, RUNPODCTL_READ)
+    if ok:
+        record.update(ok=True, via="runpodctl", why="REST v2 did not answer the pod's key (%s); runpodctl did" % rest)
+        return record
+    record["why"] = "%s; %s" % (rest, ctl)
+    return record
+
+
+def api_call(pod_id, env, method, body, timeout=30):
+    """``GET /v2/pods/ID`` or ``POST /v2/pods/ID/action`` with the pod-scoped key in the header.
+    Returns (ok, one line: the pod's status, or what RunPod said)."""
+    base = (env.get("RUNPOD_API_BASE_URL") or API_URL).rstrip("/")
+    path = "/v2/pods/%s%s" % (pod_id, "/action" if body is not None else "")
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(base + path, data=data, method=method)
     request.add_header("Authorization", "Bearer " + env["RUNPOD_API_KEY"])
-    request.add_header("Content-Type", "application/json")
+    request.add_header("User-Agent", USER_AGENT)
+    request.add_header("Accept", "application/json")
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:  # a proxy the pod sets is honoured
-            body = answer.read(2000).decode("utf-8", "replace")
+            text = answer.read(4000).decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
-        return False, "the REST API answered HTTP %d to POST /pods/%s/stop" % (exc.code, pod_id)
+        said = error_words(exc.read(600).decode("utf-8", "replace"))
+        refused = " (RunPod refused the pod's key)" if exc.code in (401, 403) else ""
+        return False, "REST v2 answered %s %s with HTTP %d%s%s" % (
+            method,
+            path,
+            exc.code,
+            refused,
+            ": " + said if said else "",
+        )
     except (OSError, ValueError) as exc:
-        return False, "the REST API did not answer POST /pods/%s/stop: %s" % (pod_id, getattr(exc, "reason", exc))
+        return False, "REST v2 did not answer %s %s: %s" % (method, path, getattr(exc, "reason", exc))
     try:
-        status = json.loads(body).get("desiredStatus")
+        status = json.loads(text).get("status")
     except (ValueError, AttributeError):
         status = None
-    return True, "REST API: %s" % (status if isinstance(status, str) else "stopping")
+    return True, "RunPod says %s" % (status if isinstance(status, str) else "ok")
 
 
-def stop_pod_runpodctl(pod_id, env):
-    """``runpodctl stop pod ID`` with the key in its environment, never argv. Returns (ok, one line)."""
+def pod_said(text):
+    """A new runpodctl prints the pod as JSON: the status RunPod gave it, or None."""
+    try:
+        status = json.loads(text).get("status")
+    except (ValueError, AttributeError):
+        return None
+    return "RunPod says %s" % status if isinstance(status, str) else None
+
+
+def error_words(text):
+    """RunPod's words in an error body: problem+json's title and detail, or ``{"error": ...}``."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return " ".join(text.split())[:160]
+    if not isinstance(data, dict):
+        return ""
+    words = [data.get("error")] if isinstance(data.get("error"), str) else [data.get("title"), data.get("detail")]
+    return ": ".join(str(w) for w in words if isinstance(w, str) and w)[:200]
+
+
+def runpodctl(pod_id, env, forms):
+    """The pod's runpodctl with the key in its environment, never argv: each form in turn (``pod
+    stop ID``, then ``stop pod ID``) until one works. Returns (ok, one line)."""
     path = os.pathsep.join(filter(None, [env.get("PATH"), DEFAULT_PATH]))
-    runpodctl = shutil.which("runpodctl", path=path)
-    if not runpodctl:
+    found = shutil.which("runpodctl", path=path)
+    if not found:
         return False, "runpodctl is not on the pod's PATH (RunPod's images carry it)"
     child = dict((k, v) for k, v in env.items() if k.startswith("RUNPOD_"))
     child.update(PATH=path, HOME=env.get("HOME") or "/root")
-    try:
-        out = subprocess.run(
-            [runpodctl, "stop", "pod", pod_id],
-            env=child,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=120,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return False, "runpodctl: %s" % exc
-    said = " ".join(out.stdout.decode("utf-8", "replace").split())[:300]
-    if out.returncode != 0 or "stop failed" in said:  # an old runpodctl says so and exits 0
-        return False, "runpodctl stop pod %s exited %d: %s" % (pod_id, out.returncode, said)
-    return True, said or "ok"
+    tried = []
+    for words in forms:
+        argv = [found, words[0], words[1], pod_id]
+        try:
+            out = subprocess.run(
+                argv, env=child, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            tried.append("runpodctl %s %s: %s" % (words[0], words[1], exc))
+            continue
+        text = out.stdout.decode("utf-8", "replace")
+        said = " ".join(text.split())[:200]
+        if out.returncode == 0 and "failed" not in said:  # an old runpodctl says "stop failed" and exits 0
+            return True, "runpodctl %s %s: %s" % (words[0], words[1], pod_said(text) or said or "ok")
+        tried.append("runpodctl %s %s %s exited %d: %s" % (words[0], words[1], pod_id, out.returncode, said))
+    return False, "; ".join(tried)
 
 
 def supervisor_argv(cfg, verb):

@@ -12,6 +12,7 @@ from podkit.remote.idle.clock import Clock, FollowClock, head_answers, read_coun
 from podkit.remote.idle.config import config_problem
 from podkit.remote.idle.stops import (
     STOPPING_SECONDS,
+    check_pod_stop,
     log,
     read_json,
     stop_on_purpose,
@@ -38,6 +39,9 @@ class Watcher:
         self.stop = stop or (lambda: stop_pod(cfg) if cfg.get("action") == "runpod" else rest_server(cfg, stop_server))
         self.retry_at = 0.0
         self.last_error = None
+        #: the proof that the pod can stop itself (a read of the pod with its own key), and when to prove it again
+        self.self_stop = None
+        self.self_stop_due = 0.0
         self.was_up = None
         previous = read_json(cfg["state_file"]) or {}
         self.clock.last_request_at = previous.get("last_request_at")  # survives a restart of the watcher
@@ -56,12 +60,34 @@ class Watcher:
             "action": self.cfg.get("action"),
             "usd_per_hour": self.cfg.get("usd_per_hour"),
             "stopped": read_json(self.cfg["stopped_file"]),
+            "self_stop": self.self_stop,
             "error": self.last_error,
             "pid": os.getpid(),
         }
 
+    def prove_self_stop(self, now):
+        """A pod that is to stop itself proves, before it must, that it can: the pod's own key and
+        the same ways as the stop, asked for a read of the pod (at start, then every
+        ``self_stop_check_seconds``, or after ``retry_seconds`` while it fails). A change is logged."""
+        if self.cfg.get("action") != "runpod" or not self.clock.idle_seconds or now < self.self_stop_due:
+            return
+        before = self.self_stop
+        self.self_stop = check_pod_stop(self.cfg)
+        ok = self.self_stop["ok"]
+        every = "self_stop_check_seconds" if ok else "retry_seconds"
+        self.self_stop_due = now + float(self.cfg.get(every) or (6 * 3600 if ok else 300))
+        if before is None or before.get("ok") != ok or before.get("via") != self.self_stop.get("via"):
+            if ok:
+                log(
+                    "this pod can stop itself (RunPod answered a read of pod %s with its own key through %s)"
+                    % (self.self_stop["pod_id"], self.self_stop["via"])
+                )
+            else:
+                log("this pod cannot stop itself: %s" % self.self_stop["why"])
+
     def tick(self):
         now = self.now()
+        self.prove_self_stop(now)
         due = self.clock.observe(now, self.read(self.source))
         up = self.clock.up()
         if up != self.was_up:

@@ -28,6 +28,8 @@ The verbs, and the part each lives in:
     down       (control)      stop vLLM on purpose (``podkit down`` on bare metal), under the deploy
                               lock: the edge stays up and answers 503 saying so
     restore    (control)      put back the files that served before a failed start, and restart vLLM
+    self-stop  (control)      wait for the idle watcher's proof that the pod can stop itself (a read
+                              of the pod with its own key), after the deploy restarted the watcher
     cache      (checkpoints)  list the hub cache, or clean its partial downloads and stale locks
     fetch-status (checkpoints) how the detached download of a checkpoint is going
 

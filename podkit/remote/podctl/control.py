@@ -13,7 +13,7 @@ import sys
 import time
 import xmlrpc.client
 
-from podkit.remote.podctl.base import starttime
+from podkit.remote.podctl.base import read_json_dict, starttime
 from podkit.remote.podctl.lock import read_holder_file
 from podkit.remote.podctl.processes import proc_table
 from podkit.remote.podctl.supervisor import program_strays, supervisor_state, supervisord_pid, supervisord_rpc
@@ -144,6 +144,28 @@ def down(cfg):
         return json.loads(said.splitlines()[-1])
     except (ValueError, IndexError):
         return {"ok": False, "error": said[-300:] or "idle.py --stop printed nothing (exit %d)" % out.returncode}
+
+
+def self_stop(cfg):
+    """Wait (up to ``window`` seconds) for the idle watcher's proof that pod ``pod_id`` can stop itself,
+    newer than ``after`` (what the deploy's probe saw: the watcher restarted since proves again at
+    its start). ``{"ok": True, "self_stop": record}``, or ``{"ok": False, "error"}`` when none came."""
+    deadline = time.time() + float(cfg.get("window") or 60)
+    while True:
+        record = (read_json_dict(cfg["idle_state"]) or {}).get("self_stop")
+        if (
+            isinstance(record, dict)
+            and record.get("pod_id") == cfg.get("pod_id")
+            and (record.get("checked_at") or 0) > (cfg.get("after") or 0)
+        ):
+            return {"ok": True, "self_stop": record}
+        if time.time() >= deadline:
+            return {
+                "ok": False,
+                "error": "the idle watcher proved nothing about stopping pod %s within %g s (is it running? see %s)"
+                % (cfg.get("pod_id"), float(cfg.get("window") or 60), cfg.get("idle_log")),
+            }
+        time.sleep(0.5)
 
 
 def down_lock(cfg):

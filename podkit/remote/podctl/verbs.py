@@ -33,7 +33,7 @@ from podkit.remote.podctl.checkpoints import (
     repo_sizes,
 )
 from podkit.remote.podctl.cluster import cluster_facts
-from podkit.remote.podctl.control import down, restore, supervise
+from podkit.remote.podctl.control import down, restore, self_stop, supervise
 from podkit.remote.podctl.lock import deploy_lock
 from podkit.remote.podctl.machine import account, gpus, mode_and_owner, sudo_state, system_dists, venv_dists, volume
 from podkit.remote.podctl.processes import listen_addresses, listener, reap
@@ -108,6 +108,8 @@ def probe(cfg):
         "hub_repos": repo_sizes(cfg.get("hub_cache")),
         "orphans": leftovers(cfg, runner["vllm_pid"]),
         "cluster": cluster_facts(cfg["cluster"]) if cfg.get("cluster") else None,
+        # the idle watcher's proof that the pod can stop itself (a read of the pod with its own key)
+        "self_stop": (read_json_dict(cfg["idle_state"]) or {}).get("self_stop") if cfg.get("idle_state") else None,
         # last: what it creates (run/, the lock file) is not mistaken for what the deploy made
         "lock": deploy_lock(cfg),
     }
@@ -215,7 +217,21 @@ def describe(cfg):
         "program_said": program_said(cfg, runner),
         # a router host: each replica, and whether the router has it in (its own health checks)
         "router": router_workers(cfg) if cfg.get("replicas_file") else None,
+        # what the idle watcher is told to stop, and its proof that a pod can stop itself
+        "idle": idle_promise(cfg),
     }
+
+
+def idle_promise(cfg):
+    """The idle watcher's config as far as it promises a stop (action, pod id, idle time), and its
+    last proof that a pod can stop itself; None where the host has no watcher config."""
+    config = read_json_dict((cfg.get("program_files") or {}).get("idle_config") or "")
+    if config is None:
+        return None
+    state = read_json_dict(cfg.get("idle_state") or "") or {}
+    promise = dict((key, config.get(key)) for key in ("action", "pod_id", "idle_seconds"))
+    promise["self_stop"] = state.get("self_stop")
+    return promise
 
 
 def status(cfg):
@@ -272,6 +288,7 @@ def main(argv):
         "status": status,
         "down": down,
         "restore": restore,
+        "self-stop": self_stop,
     }[command](cfg)
     sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
 
