@@ -308,7 +308,9 @@ class Server(Turn):
         self.restart_edge = not follower and (
             "edge" in strays or self.changed(edge_files(settings)) or will_install or not pod.edge_current_files()
         )
-        self.restart_idle = "idle" in strays or self.changed(idle_files(settings)) or will_install
+        # a pod whose last proof that it can stop itself failed proves it again now (what it lacked may be fixed)
+        unproven = bool(self.host.data.get("runpod_pod_id") and (pod.self_stop or {}).get("ok") is False)
+        self.restart_idle = "idle" in strays or self.changed(idle_files(settings)) or will_install or unproven
         supervisor.legacy_runner(
             name="Ensure no runner from an older podkit holds the port",
             runner_script=self.paths.legacy_runner_script,
