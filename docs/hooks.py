@@ -28,6 +28,7 @@ COMMAND_PAGES = {
     "bench": "bench.md",
     "cache": "cache.md",
     "client": "client.md",
+    "create": "lifecycle.md",
     "down": "lifecycle.md",
     "eval": "eval.md",
     "key": "key.md",

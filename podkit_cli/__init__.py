@@ -6,7 +6,8 @@
     podkit key rotate            make a new API key (then re-apply the deploy)
     podkit status INVENTORY      up or stopped, idle minutes, spend, per host
     podkit down INVENTORY        stop the pods (RunPod) or the servers (bare metal)
-    podkit up INVENTORY          resume, deploy and print the client settings
+    podkit up INVENTORY          resume (or move), deploy and print the client settings
+    podkit create INVENTORY M    a RunPod pod from the plan, deployed and verified
 
 ``podkit ...`` in a checkout is the same command. Every command takes
 --json where it reports something; messages go to stderr.
@@ -38,7 +39,7 @@ def cli():
 
 
 def _register() -> None:
-    from . import bench, cache, evaluate, key, lifecycle, plan, sandbox, verify
+    from . import bench, cache, create, evaluate, key, lifecycle, plan, sandbox, verify
     from .client import client as client_command
     from .tunnel import tunnel as tunnel_command
 
@@ -54,6 +55,7 @@ def _register() -> None:
     cli.add_command(lifecycle.up)
     cli.add_command(lifecycle.down)
     cli.add_command(lifecycle.status)
+    cli.add_command(create.create)
 
 
 _register()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from podkit.checks import vllm_flag
 from podkit.host.fetch import FetchSpec
@@ -122,6 +123,22 @@ def hardware_of(state: HostState, nodes: int = 1) -> Hardware | None:
     except PlanError:  # an unknown card: what nvidia-smi says, less what the driver keeps
         memory, capability = first.memory_mib / 1024 - 0.5, None
     return Hardware(first.name, memory, len(state.gpus) * nodes, first.compute_capability or capability)
+
+
+def plan_options(settings: Settings, vllm_version: str, pipeline: int = 1) -> dict[str, Any]:
+    """What the settings tell the plan (``make_plan``'s options), the same for the deploy and for a
+    pod planned before it exists (``podkit create``)."""
+    return {
+        "tensor_parallel_size": settings.tensor_parallel_size,
+        "gpu_memory_utilization": settings.gpu_memory_utilization,
+        "max_model_len": settings.max_model_len,
+        "kv_cache_dtype": settings.kv_cache_dtype,
+        "runtime_fp8": "--quantization" in {vllm_flag(arg) for arg in settings.extra_args},
+        "vllm_version": vllm_version,
+        "pipeline_parallel_size": pipeline,
+        "max_num_seqs": int_flag(settings.extra_args, "--max-num-seqs"),
+        "max_num_batched_tokens": int_flag(settings.extra_args, "--max-num-batched-tokens"),
+    }
 
 
 def parser_problems(settings: Settings, launch: HostPlan, version: str) -> list[str]:
@@ -242,18 +259,10 @@ def plan_host(
             hardware,
             fp8_alternative=fp8,
             prefer_fp8=prefer_fp8,
-            tensor_parallel_size=settings.tensor_parallel_size,
-            gpu_memory_utilization=settings.gpu_memory_utilization,
-            max_model_len=settings.max_model_len,
-            kv_cache_dtype=settings.kv_cache_dtype,
-            runtime_fp8="--quantization" in {vllm_flag(arg) for arg in settings.extra_args},
             disk_free_bytes=None if checkpoint.local else state.free_bytes,
             cached_bytes=state.hub_repos,
             family=family,
-            vllm_version=vllm_version,
-            pipeline_parallel_size=pipeline,
-            max_num_seqs=int_flag(settings.extra_args, "--max-num-seqs"),
-            max_num_batched_tokens=int_flag(settings.extra_args, "--max-num-batched-tokens"),
+            **plan_options(settings, vllm_version, pipeline),
         )
     except PlanError as exc:
         result.problems.append(str(exc))
