@@ -9,6 +9,7 @@ the server (the edge stays and says so), ``up`` applies the deploy, which starts
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -112,6 +113,12 @@ def status(inventory, host_names, as_json):
             click.echo("\n".join(describe(row, inventory)))
 
     emit({row.host: row.as_dict() for row in found} if as_json else found, as_json, human)
+    if any(row.pod_id for row in found):  # optional: GraphQL, which RunPod switches off in early 2027
+        from podkit.runpod.balance import balance
+
+        money = balance(os.environ.get("RUNPOD_API_KEY"))
+        if money is not None:
+            click.echo(f"RunPod account balance: ${money:.2f}", err=True)
     if any(row.error or row.problems for row in found):
         sys.exit(1)
 

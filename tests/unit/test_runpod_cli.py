@@ -330,3 +330,15 @@ def test_create_refuses_bad_input_before_anything_is_created(catalog, args, said
     assert result.exit_code == 2, result.output
     no_traceback(result)
     assert said in result.output and not actions(catalog)
+
+
+def test_the_balance_comes_from_graphql_while_it_lasts_and_its_end_breaks_nothing(account):
+    exited(account.pod(A))  # nothing to read over SSH
+    account.graphql_balance = 12.5
+    result = CliRunner().invoke(cli, ["status", RUNPOD, "--json"])
+    assert result.exit_code == 0 and "RunPod account balance: $12.50" in result.stderr
+    json.loads(result.stdout)  # stdout stays the JSON alone
+    account.graphql_balance = None  # GraphQL answers 410, as it will from early 2027
+    result = CliRunner().invoke(cli, ["status", RUNPOD])
+    assert result.exit_code == 0 and "balance" not in result.output
+    assert [r["status"] for r in asked(account, "POST", "/graphql")] == [200, 410]
