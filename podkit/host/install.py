@@ -17,6 +17,9 @@ from podkit.paths import Paths
 from podkit.settings import PackageSpec
 
 CPU_BREAKERS = ("torchvision", "torchaudio", "torchcodec")
+#: The first vLLM with ``vllm download-kernels`` (vllm#58765): it installs FlashInfer's precompiled kernels
+#: into the venv, which would otherwise be downloaded or JIT-compiled at the first start.
+DOWNLOAD_KERNELS_SINCE = (0, 32)
 
 
 def _exports(env: dict[str, str]) -> str:
@@ -66,4 +69,26 @@ def install_command(
     if spec and spec.is_cpu_build:
         steps.append(f'"$venv/bin/python" -m pip uninstall -y -q {" ".join(CPU_BREAKERS)} 2>/dev/null || true')
         steps.append(cpu_metadata_shim(spec.version))
+    elif spec and has_download_kernels(spec.version):
+        steps.append(download_kernels())
     return "\n".join(steps)
+
+
+def has_download_kernels(version: str) -> bool:
+    """Whether a GPU build of vLLM ``version`` has ``vllm download-kernels`` (0.32 and newer)."""
+    parts = [int(part) if part.isdigit() else -1 for part in version.split(".")[:2]]
+    return tuple(parts) >= DOWNLOAD_KERNELS_SINCE
+
+
+def download_kernels() -> str:
+    """FlashInfer's kernels installed with vLLM, into the venv on the volume, so the first start
+    neither compiles nor downloads them (about 120 s of JIT in public cold starts). A build without the
+    subcommand is passed over, and a failure (its wheels unreachable) is a line, not a failed install:
+    vLLM still compiles them at its first start, into the cache on the volume."""
+    return (
+        'if "$venv/bin/vllm" download-kernels --help >/dev/null 2>&1; then\n'
+        '  if ! "$venv/bin/vllm" download-kernels >> "$log" 2>&1; then\n'
+        '    echo "vllm download-kernels failed (see $log): vLLM compiles FlashInfer\'s kernels at its first start" >&2\n'
+        "  fi\n"
+        "fi"
+    )
