@@ -33,7 +33,8 @@ from converge import row  # noqa: E402  (benchmarks/ is this script's folder)
 from podkit import PROJECT_ROOT  # noqa: E402
 from podkit.sandbox.box import Sandbox  # noqa: E402
 from testing.netpods import NetnsPod, copy_volume, stand_in_inventory  # noqa: E402
-from testing.runpod_api import RunPodReplay, running_pod  # noqa: E402
+from testing import runpod_pods  # noqa: E402
+from testing.runpod_api import RunPodReplay  # noqa: E402
 
 API_KEY = "rp-bench-key"
 
@@ -91,7 +92,7 @@ def main() -> int:
             ssh = pod.start(host=2, port=2201)
             pods.append(pod)
             answers.append(
-                running_pod(f"fleet{index:08d}", f"coder-{index + 1}", ssh.hostname, ssh.port, str(box.volume))
+                runpod_pods.pod(f"fleet{index:08d}", f"coder-{index + 1}", ssh.hostname, ssh.port, str(box.volume))
             )
         api.pods = answers
 

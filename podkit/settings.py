@@ -207,7 +207,7 @@ class Settings:
         "`0` = never (the idle time is still shown by `podkit status`); 30 suits a working day; a fraction "
         "is seconds (`0.5` = 30 s)",
     )
-    # RunPod reports each pod's price (costPerHr); a bare-metal box's is yours to give.
+    # RunPod reports each pod's price (v2's cost); a bare-metal box's is yours to give.
     usd_per_hour: float | None = setting(
         "podkit_usd_per_hour",
         None,

@@ -124,7 +124,7 @@ def router_replicas(target: Target) -> tuple[str, list] | None:
     help="Send X-Session-ID: <session id> with each turn (what a router's consistent_hash reads).",
 )
 @click.option(
-    "--usd-per-hour", type=Finite(min=0, max=1000), help="Price of the box; default: the RunPod pod's costPerHr."
+    "--usd-per-hour", type=Finite(min=0, max=1000), help="Price of the box; default: the RunPod pod's cost an hour."
 )
 @click.option(
     "--chart",
@@ -228,7 +228,7 @@ def bench(
     def prepare(target):
         info = describe(target.name, target.settings, target.run)
         usd = cost_per_hour(target.data, usd_per_hour)
-        source = "--usd-per-hour" if usd_per_hour is not None else ("RunPod costPerHr" if usd is not None else None)
+        source = "--usd-per-hour" if usd_per_hour is not None else ("RunPod cost" if usd is not None else None)
         runner = Bench(target.name, target.url, target.key, target.model, options, info, usd, source, target.ca_file)
         try:
             return runner, runner.prepare()

@@ -85,13 +85,15 @@ def status(inventory, host_names, as_json):
     """Say, per host: up or stopped, since when, what it serves, requests in flight, minutes since
     the last request, the idle-stop deadline and what it has cost. Changes nothing.
 
-    RunPod pods are listed through the API (RUNPOD_API_KEY), stopped ones included; spend is the
-    pod's costPerHr times its uptime. A bare-metal host's spend is podkit_usd_per_hour times the
-    time since it booted.
+    RunPod pods are listed through its REST API v2 (RUNPOD_API_KEY), stopped ones included; spend
+    is the pod's cost an hour times its uptime, beside what RunPod billed for it over 30 days, and
+    the account's balance where GraphQL still answers. A bare-metal host's spend is
+    podkit_usd_per_hour times the time since it booted.
 
     \b
     Exit codes: 0 every host read and every program it promises runs, 1 a host could not be
-    read or has a problem (a program its supervisor does not run, a process outside it).
+    read or has a problem (a program its supervisor does not run, a process outside it, a pod
+    that cannot stop itself when its idle stop is on).
 
     \b
     podkit status inventories/runpod.py

@@ -14,7 +14,7 @@ R = TypeVar("R")
 
 
 def cost_per_hour(data: dict[str, Any], override: float | None = None) -> float | None:
-    """USD per hour: ``override`` (e.g. ``--usd-per-hour``), else the pod's ``costPerHr``, else None."""
+    """USD per hour: ``override`` (e.g. ``--usd-per-hour``), else the pod's cost an hour (RunPod's ``cost``), else None."""
     if override is not None:
         return float(override)
     value = data.get("runpod_cost_per_hr")

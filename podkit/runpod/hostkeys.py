@@ -11,7 +11,7 @@ For each pod, one SSH handshake (no login) reads the key it offers now:
 - a pod id seen for the first time: its key is trusted and remembered;
 - a known pod id offering its remembered key: nothing to say;
 - a known pod id offering another key after its container restarted (the API's
-  uptime says it started after the key was recorded, or its ``lastStatusChange``
+  uptime says it started after the key was recorded, or its ``startedAt``
   differs from the one recorded with the key: a stop and a start since, however
   soon after the key was seen): trusted, with a note. A
   RunPod stop wipes the container disk, and the pod's start script makes new

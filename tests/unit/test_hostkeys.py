@@ -80,7 +80,7 @@ RESUMED = "Rented by User: Mon Nov 23 2026 05:41:10 GMT+0000 (Coordinated Univer
         (1_000_000.0, 1_000_000.0 + 3.0, False, (None, None)),  # the same container (uptime jitter): no restart
         (None, 1_000_000.0, False, (None, None)),  # recorded without a date: nothing vouches for the change
         # stopped and started again 70 s after the key was seen (an idle stop of under a minute, then
-        # podkit up): within the uptime's slack, but the API's lastStatusChange moved
+        # podkit up): within the uptime's slack, but the API's startedAt moved
         (1_000_000.0, 1_000_000.0 + 70, True, (RENTED, RESUMED)),
         (1_000_000.0, 1_000_000.0 + 3.0, False, (RENTED, RENTED)),  # no stop, no start: the change is unexplained
         (1_000_000.0, 1_000_000.0 + 70, False, (None, RESUMED)),  # recorded without it: nothing to compare
