@@ -102,6 +102,8 @@ def self_stop_problem(pod_id: str, minutes: float, proof: dict | None) -> str | 
         why = str(proof.get("why") or "no reason given")
     if "RUNPOD_API_KEY" in why or "RUNPOD_POD_ID" in why:
         fix = "RunPod gives every pod its id and a pod-scoped key: use an image that keeps RunPod's environment"
+    elif "statuscode 410" in why or 'unknown command "pod"' in why:
+        fix = "the pod's runpodctl is an old build, which speaks APIs RunPod switched off: runpodctl update in the pod"
     elif "refused the pod's key" in why:
         fix = "RunPod refused the pod's own key: restart the pod (RunPod gives it a new one)"
     else:

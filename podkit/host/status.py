@@ -299,12 +299,12 @@ def _from_host(status: HostStatus, remote: dict[str, Any], bare_metal: bool, now
         if deadline:
             status.idle_stop_in_minutes = _minutes(deadline - host_now)
             status.idle_stop_at = here(deadline)
-        if status.pod_id and status.idle_stop_minutes:  # never a stop promised that cannot happen
-            proof = idle.get("self_stop") if isinstance(idle.get("self_stop"), dict) else None
-            status.self_stop = proof
-            problem = self_stop_problem(status.pod_id, status.idle_stop_minutes, proof)
-            if problem:
-                status.problems.append(clean(problem))
+    if idle and status.pod_id and status.idle_stop_minutes:  # never a stop promised that cannot happen
+        proof = idle.get("self_stop") if isinstance(idle.get("self_stop"), dict) else None
+        status.self_stop = proof
+        problem = self_stop_problem(status.pod_id, status.idle_stop_minutes, proof)
+        if problem:
+            status.problems.append(clean(problem))
     try:  # the plan file and the log are the host's: a forged one is a note, not a traceback
         status.last_start = last_start(status.host, remote.get("plan") or {}, remote.get("startup") or [])
     except (TypeError, ValueError, AttributeError, KeyError, OverflowError, ZeroDivisionError) as exc:

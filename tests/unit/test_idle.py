@@ -190,8 +190,8 @@ def test_where_v2_refuses_the_watcher_a_new_runpodctl_stops_the_pod(api, tmp_pat
     ok, said = idle.stop_pod({"pod_id": "ignored-when-the-pod-says"}, pod_env(api, tmp_path))
     assert ok and said == (
         f"asked RunPod to stop pod {POD} (runpodctl: runpodctl pod stop: RunPod says EXITED; REST v2 did not: "
-        f"REST v2 answered POST /v2/pods/{POD}/action with HTTP 403 (RunPod refused the pod's key): Forbidden: "
-        "error code: 1010)"
+        f"REST v2 answered POST /v2/pods/{POD}/action with HTTP 403 (Cloudflare refused this client, error 1010): "
+        "Forbidden: error code: 1010)"
     ), said
     assert api.wait_for_hooks() and api.stopped == [POD]
     (call,) = runpodctl_calls(tmp_path)
@@ -474,3 +474,28 @@ def test_an_old_runpodctl_that_says_stop_failed_and_exits_0_is_a_failed_stop(tmp
     env = {"RUNPOD_API_KEY": POD_KEY, "PATH": str(tmp_path)}
     ok, said = idle.runpodctl(POD, env, [("stop", "pod")])
     assert not ok and said == f'runpodctl stop pod {POD} exited 0: pod "{POD}" stop failed; status is RUNNING'
+
+
+@pytest.mark.proc
+def test_podctl_waits_for_a_proof_newer_than_the_probes_and_names_the_log_when_none_comes(tmp_path):
+    """The deploy's wait for a restarted watcher's proof (podctl self-stop): the proof for this pod,
+    written after the one the probe saw; else, after the window, one line with the watcher's log."""
+    from podkit.host.podctl import podctl_command
+
+    state = tmp_path / "idle.json"
+    cfg = {"idle_state": str(state), "idle_log": "/w/logs/idle.log", "pod_id": POD, "after": 100.0, "window": 1}
+
+    def podctl():
+        out = subprocess.run(["sh", "-c", podctl_command("self-stop", cfg)], capture_output=True, text=True, timeout=30)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    fresh = {"ok": True, "via": "v2", "why": None, "pod_id": POD, "checked_at": 101.0}
+    for stale in ({**fresh, "checked_at": 100.0}, {**fresh, "pod_id": "another-pod"}, None):
+        state.write_text(json.dumps({"self_stop": stale}))
+        assert podctl() == {
+            "ok": False,
+            "error": f"the idle watcher proved nothing about stopping pod {POD} within 1 s (is it running? see "
+            "/w/logs/idle.log)",
+        }
+    state.write_text(json.dumps({"self_stop": fresh}))
+    assert podctl() == {"ok": True, "self_stop": fresh}

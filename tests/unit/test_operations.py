@@ -41,6 +41,7 @@ OPERATIONS = {
     "supervisor.unit": supervisor.unit,
     "supervisor.unit_service": supervisor.unit_service,
     "supervisor.orphans": supervisor.orphans,
+    "supervisor.self_stop": supervisor.self_stop,
     "preflight.checks": preflight.checks,
     "preflight.launch": preflight.launch,
     "rollback.kept": rollback.kept,

@@ -120,7 +120,9 @@ def api_call(pod_id, env, method, body, timeout=30):
             text = answer.read(4000).decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         said = error_words(exc.read(600).decode("utf-8", "replace"))
-        refused = " (RunPod refused the pod's key)" if exc.code in (401, 403) else ""
+        refused = {401: " (RunPod refused the pod's key)", 403: " (RunPod refused this request)"}.get(exc.code, "")
+        if "1010" in said:  # Cloudflare in front of RunPod's API, refusing this client by its User-Agent
+            refused = " (Cloudflare refused this client, error 1010)"
         return False, "REST v2 answered %s %s with HTTP %d%s%s" % (
             method,
             path,
