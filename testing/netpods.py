@@ -263,7 +263,9 @@ def stand_in_inventory(folder: Path, box, client_key: Path, port: int = 8000) ->
     (inventory.parent / "group_data" / "runpod.py").write_text(
         (PROJECT_ROOT / "group_data" / "sandbox.py").read_text()
         + f"""
-# a stand-in pod: the edge on the pod's own address, the sandbox's model and key
+# a stand-in pod: the edge on the pod's own address, the sandbox's model and key, the volume where the
+# stand-ins mount it (a pod podkit create makes mounts its network volume here)
+podkit_volume = {str(box.volume)!r}
 podkit_public = True
 podkit_edge_port = {port}
 vllm_model = {str(box.model_dir)!r}
