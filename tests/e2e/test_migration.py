@@ -18,7 +18,7 @@ carries RunPod's environment: RUNPOD_POD_ID, a pod-scoped RUNPOD_API_KEY, and an
 its PATH, while RunPod's API refuses the watcher's own requests (Cloudflare's 403 by User-Agent):
 asked for an idle stop, the deploy finds that the pod cannot stop itself and says so, and status and
 verify say it too; once its runpodctl is a v2 build, the deploy proves the way and the pod stops
-itself through it. Deployed with `--data podkit_idle_stop_minutes=0.5`, its idle watcher does not
+itself through it. With `podkit_idle_stop_minutes = 0.5` in its own settings (its env PODKIT_DATA), its idle watcher does not
 stop it while a streamed completion stays open, asks RunPod to stop it about 30 s after the stream
 closed, `podkit status` says stopped at $0 an hour, and the agent's next request, through `podkit
 tunnel --wake` (left running since before the stop), starts it again and goes through once
@@ -400,7 +400,10 @@ def test_an_idle_pod_stops_itself_but_never_during_a_stream_and_the_next_request
         return ssh.hostname, ssh.port
 
     fleet.api.on_start = start
-    applied = fleet.apply("--data", f"podkit_idle_stop_minutes={IDLE_MINUTES}", "--limit", "coder-b")
+    # the idle stop in the pod's own settings (its env PODKIT_DATA, as podkit create writes it): every
+    # deploy of it has it, the one the wake runs too
+    fleet.api.pod(B_ID)["env"]["PODKIT_DATA"] = json.dumps({"podkit_idle_stop_minutes": IDLE_MINUTES})
+    applied = fleet.apply("--limit", "coder-b")
     assert applied.rc == 0, applied.stderr[-4000:]
     # the proof failed before, so the watcher proves it again, through the new runpodctl
     assert SELF_STOP.format(m=IDLE_MINUTES) in applied.changed("coder-b")
@@ -479,6 +482,12 @@ def test_an_idle_pod_stops_itself_but_never_during_a_stream_and_the_next_request
     print(f"wake on request through podkit tunnel --wake: the agent's request waited {waited:.1f} s ({said.strip()})")
     verify = fleet.verify("--host", "coder-b")
     assert verify.returncode == 0, verify.stdout[-3000:]
+    # converged, the proof that the pod can stop itself is read in the probe: one remote command
+    before = fleet.sessions("pkb")
+    again = fleet.apply("--limit", "coder-b")
+    assert again.rc == 0 and again.changed("coder-b") == [], again.stderr[-3000:]
+    assert fleet.sessions("pkb") - before == 1
+    print(f"converged re-apply of a pod that stops itself: {again.seconds:.1f} s, 1 remote command")
     assert tunnel.close() == 0
     for secret in (B_KEY, API_KEY, key):
         assert secret not in tunnel.output() + applied.stdout + applied.stderr
