@@ -342,3 +342,28 @@ def test_the_balance_comes_from_graphql_while_it_lasts_and_its_end_breaks_nothin
     result = CliRunner().invoke(cli, ["status", RUNPOD])
     assert result.exit_code == 0 and "balance" not in result.output
     assert [r["status"] for r in asked(account, "POST", "/graphql")] == [200, 410]
+
+
+def test_a_move_with_any_gpu_takes_the_cheapest_type_in_stock_there_that_fits_and_keeps_the_old_pod(catalog):
+    """The same GPU type is out of stock where the volume is: --any-gpu plans the pod's own model and
+    context (its PODKIT_DATA) on each type in stock there. The new pod never gets an SSH address
+    (--wait 0): the old pod is kept, stopped, and the line says what exists."""
+    moved = exited(pod("podm0000000001", "tst-m"))
+    moved["env"]["PODKIT_DATA"] = json.dumps({"vllm_model": "acme/Coder-7B", "vllm_max_model_len": 4096})
+    catalog.pods.append(moved)
+    catalog.volumes.append(pods.network_volume("vol-podm0000000001"))
+    catalog.no_gpu.add("podm0000000001")
+    catalog.catalog[2]["_stock"] = {pods.DATA_CENTER: "NONE"}  # its own type (H100): none
+    catalog.catalog[1]["_stock"] = {pods.DATA_CENTER: "LOW"}  # an L40S is free there
+    result = invoke("up", RUNPOD, "--host", "tst-m", "--move", "--any-gpu", "--wait", "0")
+    assert result.exit_code == 1
+    no_traceback(result)
+    (created,) = [p for p in catalog.pods if p["name"] == "tst-m" and p["id"] != "podm0000000001"]
+    assert created["gpu"] == {"id": "NVIDIA L40S", "count": 1} and created["dataCenterId"] == pods.DATA_CENTER
+    assert created["mounts"] == {"network": [{"volumeId": "vol-podm0000000001", "path": "/workspace"}]}
+    assert "L40S x1, $0.86/h: the cheapest free there that the plan fits" in result.output
+    assert (
+        f"the old pod podm0000000001 is kept (stopped) with the volume: terminate pod {created['id']} or run the "
+        "move again"
+    ) in result.output
+    assert catalog.pod("podm0000000001")["status"] == "EXITED"  # never terminated
