@@ -107,7 +107,16 @@ def create(inventory, model, context, name, gpu_wanted, cloud, volume_id, ssh_ke
             ) from None
         say(f"{name}: network volume {volume['id']} ({size} GB, about ${choice['volume_usd_per_month']:g} a month)")
     body = create_request(
-        name, chosen.gpu_id, chosen.count, cloud, data_center, volume["id"], settings.edge_port, data, image
+        name,
+        chosen.gpu_id,
+        chosen.count,
+        cloud,
+        data_center,
+        volume["id"],
+        settings.edge_port,
+        data,
+        image,
+        settings.volume,
     )
     kept = (
         f"network volume {volume['id']} stays (it bills until deleted; podkit create --volume {volume['id']} uses it)"

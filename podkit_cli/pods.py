@@ -121,13 +121,13 @@ def planner(settings: Settings) -> Callable[[Hardware], Any]:
     """``plan_for(hardware)``: the plan the deploy would make for ``settings`` on those GPUs (the
     checkpoint and its FP8 sibling read from the hub once). Bad input is one line."""
     from podkit.host.hostplan import plan_options
-    from podkit.plan.checkpoints import ModelError, find_fp8_alternative, from_hub
+    from podkit.plan.checkpoints import ModelError, find_fp8_alternative, from_directory, from_hub, is_local
     from podkit.plan.families import UnknownFamily, family_for
     from podkit.plan.gpus import PlanError
     from podkit.plan.serverplan import make_plan
 
-    try:
-        checkpoint = from_hub(settings.model)
+    try:  # a hub repo (the usual), or a folder both this machine and the pod see (as podkit plan takes one)
+        checkpoint = from_directory(settings.model) if is_local(settings.model) else from_hub(settings.model)
     except ModelError as exc:
         raise click.ClickException(f"{settings.model}: {exc}") from None
     try:
@@ -138,7 +138,7 @@ def planner(settings: Settings) -> Callable[[Hardware], Any]:
 
     def plan_for(hardware: Hardware):
         fp8 = None
-        if settings.prefer_fp8 and hardware.fp8_supported and not checkpoint.is_fp8:
+        if settings.prefer_fp8 and hardware.fp8_supported and not checkpoint.is_fp8 and not checkpoint.local:
             if "fp8" not in found:
                 found["fp8"] = find_fp8_alternative(checkpoint)
             fp8 = found["fp8"]

@@ -184,6 +184,11 @@ class RunPodReplay:
                 headers["Retry-After"] = str(self.retry_after)
             else:
                 status, answer, headers = self._route(method, parts.path.rstrip("/"), query, caller, body, later)
+            if parts.path.endswith("/action"):  # which action (a body may carry a pod's env: nothing else is kept)
+                try:
+                    record["action"] = json.loads(body or b"{}").get("action")
+                except (ValueError, AttributeError):
+                    record["action"] = None
         record.update(status=status, answer=copy.deepcopy(answer), content_type=headers.get("Content-Type"))
         record["live_deviation"] = isinstance(answer, dict) and set(answer) == {"error"}
         return status, answer, headers

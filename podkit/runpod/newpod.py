@@ -72,9 +72,11 @@ def create_request(
     edge_port: int,
     data: dict[str, Any],
     image: str = IMAGE,
+    volume_path: str = VOLUME_PATH,
 ) -> dict[str, Any]:
     """A new pod for the plan's choice: SSH (22/tcp, the account's keys) and the edge's port exposed,
-    the network volume at /workspace, and the settings it was created for in its env."""
+    the network volume where the settings keep the volume (``podkit_volume``, /workspace by default),
+    and the settings it was created for in its env."""
     return {
         "name": name,
         "image": image,
@@ -83,7 +85,7 @@ def create_request(
         "dataCenterIds": [data_center],
         "disk": CONTAINER_DISK_GB,
         "ports": ["22/tcp", f"{edge_port}/tcp"],
-        "mounts": {"network": [{"volumeId": volume_id, "path": VOLUME_PATH}]},
+        "mounts": {"network": [{"volumeId": volume_id, "path": volume_path}]},
         "env": {DATA_ENV: json.dumps(data, sort_keys=True)},
         "startSsh": True,
     }
