@@ -12,11 +12,11 @@ from __future__ import annotations
 from podkit.client.connect import ClientSettings, ConnectError
 
 from . import aider, classic, claude, codex, continue_cli, goose, mini_swe_agent, opencode, qwen
-from .base import Agent, File, Setup
+from .base import Agent, File, Setup, setup_for
 
 #: Every agent ``--for`` takes, by name, in the order ``--help`` and the docs list them.
 AGENTS: dict[str, Agent] = {
-    "env": classic.ENV,
+    "env": classic.make_env(lambda: AGENTS.values()),
     "hermes": classic.HERMES,
     "llm": classic.LLM,
     "openai": classic.OPENAI,
@@ -40,9 +40,10 @@ def agent(name: str) -> Agent:
 
 
 def setups(name: str, settings: list[ClientSettings]) -> list[Setup]:
-    """``name``'s :class:`Setup` for each host, in order."""
+    """``name``'s :class:`Setup` for each host, in order, each checked and with its host's warnings
+    (:func:`~.base.setup_for`)."""
     chosen = agent(name)
-    return [chosen.render(cs) for cs in settings]
+    return [setup_for(chosen, cs) for cs in settings]
 
 
 __all__ = ["AGENTS", "Agent", "File", "Setup", "agent", "setups"]
