@@ -11,7 +11,22 @@ from __future__ import annotations
 
 from podkit.client.connect import ClientSettings, ConnectError
 
-from . import aider, classic, claude, codex, continue_cli, goose, mini_swe_agent, opencode, qwen
+from . import (
+    aider,
+    bridge,
+    classic,
+    claude,
+    cline,
+    codex,
+    continue_cli,
+    goose,
+    kilo,
+    mini_swe_agent,
+    opencode,
+    pi,
+    pyagents,
+    qwen,
+)
 from .base import Agent, File, Setup, setup_for
 
 #: Every agent ``--for`` takes, by name, in the order ``--help`` and the docs list them.
@@ -28,6 +43,15 @@ AGENTS: dict[str, Agent] = {
     "goose": goose.AGENT,
     "mini-swe-agent": mini_swe_agent.AGENT,
     "claude": claude.AGENT,
+    "pi": pi.AGENT,
+    "cline": cline.AGENT,
+    "kilo": kilo.AGENT,
+    "openhands": pyagents.OPENHANDS,
+    "gptme": pyagents.GPTME,
+    "smolagents": pyagents.SMOLAGENTS,
+    "open-webui": pyagents.OPEN_WEBUI,
+    "litellm": bridge.LITELLM,
+    "gemini": bridge.GEMINI,
 }
 
 

@@ -58,7 +58,7 @@ class Setup:
     text: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        row = {
+        return {
             "host": self.host,
             "agent": self.agent,
             "files": [{"path": f.path, "content": f.content} for f in self.files],
@@ -66,8 +66,8 @@ class Setup:
             "args": list(self.args),
             "run": self.run,
             "notes": list(self.notes) + list(self.warnings),
+            "once": list(self.once),
         }
-        return row | ({"once": list(self.once)} if self.once else {})
 
     def standalone_env(self) -> dict[str, str]:
         """The environment with every reference to the key (``"$PODKIT_API_KEY"``) replaced by

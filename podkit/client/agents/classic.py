@@ -48,8 +48,9 @@ def env(cs: ClientSettings, own: list[Agent]) -> Setup:
         exports["PODKIT_CONTEXT_LENGTH"] = str(int(cs.context_length))
         exports["PODKIT_MAX_OUTPUT_TOKENS"] = str(output_limit(int(cs.context_length)))
     notes: tuple[str, ...] = (
-        "These tools ignore OPENAI_BASE_URL, and with OPENAI_API_KEY exported would send the key to their "
-        "vendor: give each its own profile: " + ", ".join(f"{a.called} (--for {a.name})" for a in own),
+        "These tools ignore OPENAI_BASE_URL and need their own profile (with OPENAI_API_KEY exported, Codex, "
+        "pi, goose, smolagents and Open WebUI would send the key to their vendor): "
+        + ", ".join(f"{a.called} (--for {a.name})" for a in own),
     )
     if cs.ca_file:
         notes += (

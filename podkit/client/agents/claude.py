@@ -5,7 +5,9 @@
 edge checks; ``ANTHROPIC_API_KEY`` would go as ``x-api-key``) and which outranks an
 ``ANTHROPIC_API_KEY`` already in the shell, so that key is not sent here. Every model alias
 Claude Code uses (its main model and its background "haiku" calls) is the served model, and
-``CLAUDE_CODE_MAX_OUTPUT_TOKENS`` bounds each answer. Claude Code 2.1.197 run with these against a
+``CLAUDE_CODE_MAX_OUTPUT_TOKENS`` bounds each answer. ``CLAUDE_CODE_AUTO_COMPACT_WINDOW`` is the
+context: newer Claude Code (2.1.332) assumes a 1M-token window otherwise, and would not compact
+before the server refuses a prompt (older versions ignore it). Claude Code 2.1.197 run with these against a
 stub sent ``POST /v1/messages?beta=true`` with ``Authorization: Bearer``, no ``x-api-key``, the
 served model and that ``max_tokens``.
 """
@@ -28,13 +30,14 @@ MODEL_VARS = (
 
 
 def render(cs: ClientSettings) -> Setup:
-    _, output = limits(cs, "Claude Code")
+    context, output = limits(cs, "Claude Code")
     model = shlex.quote(cs.model)
     env = key_env(cs) | {
         "ANTHROPIC_BASE_URL": shlex.quote(server_root(cs)),
         "ANTHROPIC_AUTH_TOKEN": KEY_REF,
         **dict.fromkeys(MODEL_VARS, model),
         "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(output),
+        "CLAUDE_CODE_AUTO_COMPACT_WINDOW": str(context),
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     }
     return Setup(
@@ -56,4 +59,5 @@ AGENT = Agent(
     install="npm i -g @anthropic-ai/claude-code@2.1.197",
     summary="Claude Code's variables (ANTHROPIC_BASE_URL, ANTHROPIC_AUTH_TOKEN, the model names)",
     render=render,
+    ignores_base_url=True,
 )
