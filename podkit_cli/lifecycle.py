@@ -21,7 +21,7 @@ from pathlib import Path
 
 import click
 
-from podkit import PROJECT_ROOT, project_path
+from podkit import PROJECT_ROOT
 from podkit.host.podctl import PodctlError, podctl_command, read_answer
 from podkit.host.readiness import UP_STARTED
 from podkit.host.shell import RemoteError
@@ -29,7 +29,7 @@ from podkit.host.status import HostStatus, describe, host_status, parse_status, 
 from podkit.runpod.pods import PodsError, list_pods, resume_pod, selected, stop_pod
 from podkit.text import clean
 
-from .hosts import Host, load_hosts
+from .hosts import Host, inventory_file, load_hosts
 from .output import emit, host_option
 
 POD_LISTING = "podkit.pods"  # the name inventories/runpod.py is run under to read `select` alone
@@ -37,9 +37,7 @@ POD_LISTING = "podkit.pods"  # the name inventories/runpod.py is run under to re
 
 def pod_selection(inventory: str):
     """The inventory's pod filter when it lists RunPod pods (it defines ``select``), else None."""
-    path = project_path(inventory)
-    if not path.exists():
-        raise click.BadParameter(f"{inventory}: no such inventory file", param_hint="INVENTORY")
+    path = inventory_file(inventory)
     try:
         with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
             namespace = runpy.run_path(str(path), run_name=POD_LISTING)
@@ -268,7 +266,8 @@ def apply_deploy(inventory: str, names: tuple[str, ...], started: float | None =
     """``pyinfra -y INVENTORY deploy.py`` (limited to ``names``), its output on this terminal.
     ``started``: when ``podkit up`` began, so each start's record holds its total from there."""
     pyinfra = Path(sys.executable).parent / "pyinfra"
-    argv = [str(pyinfra) if pyinfra.exists() else (shutil.which("pyinfra") or "pyinfra"), "-y", inventory, "deploy.py"]
+    found = str(inventory_file(inventory))
+    argv = [str(pyinfra) if pyinfra.exists() else (shutil.which("pyinfra") or "pyinfra"), "-y", found, "deploy.py"]
     for name in names:
         argv += ["--limit", name]
     env = {**os.environ, UP_STARTED: f"{started:.3f}"} if started else None

@@ -77,7 +77,7 @@ def test_cline_is_given_the_key_by_reference_and_told_where_it_will_be(tmp_path)
     assert words[words.index("-b") + 1] == cs.base_url and words[words.index("-m") + 1] == cs.model
     # the shell fills the key in when the line runs
     exports = "".join(f"export {k}={v}\n" for k, v in row["env"].items())
-    filled = evaluated(exports + f"set -- {once}\nfor last; do :; done\nexport LAST=\"$last\"\n")
+    filled = evaluated(exports + f'set -- {once}\nfor last; do :; done\nexport LAST="$last"\n')
     assert filled["LAST"] == SENTINEL
     assert any("plain text" in note and ".cline/data/settings/providers.json" in note for note in row["notes"])
     printed = printout("cline", [(cs, None)])
