@@ -12,6 +12,7 @@ from typing import Any
 
 from podkit.client.outcome import Outcome, worst
 from podkit.client.serverinfo import ServerInfo
+from podkit.host.access import refusal_summary
 from podkit.host.hoststate import orphan_line
 from podkit.host.supervision import program_problems
 
@@ -139,3 +140,10 @@ def program_check(info: ServerInfo, seconds: float) -> Check:
         return Check("programs supervised", False, "; ".join(problems), seconds, Outcome.ERROR)
     running = ", ".join(f"{name} {state}" for name, state in sorted(info.programs.items()))
     return Check("programs supervised", True, f"{info.supervisor}: {running}", seconds)
+
+
+def refusal_check(info: ServerInfo, seconds: float) -> Check | None:
+    """What the edge refused lately, and why (its access log): said, never failed (a client's wrong
+    key is the client's); None when the host keeps no access log yet."""
+    said = refusal_summary(info.refused)
+    return Check("edge refusals", True, said, seconds) if said else None
