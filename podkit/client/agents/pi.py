@@ -41,6 +41,7 @@ def render(cs: ClientSettings) -> Setup:
         notes=(
             "pi ignores OPENAI_BASE_URL: without this file its openai provider goes to OpenAI",
             "pi -p has no turn limit: a model that keeps calling tools runs until you stop it",
+            "pi -p exits 1 when the server refuses the key, but pi --mode json exits 0: read its errorMessage",
         ),
     )
 

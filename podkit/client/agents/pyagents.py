@@ -130,7 +130,7 @@ GPTME = Agent(
 SMOLAGENTS = Agent(
     name="smolagents",
     title="smolagents (smolagent)",
-    install="pip install smolagents==1.26.0 openai",
+    install="pip install 'smolagents[toolkit]==1.26.0' openai",
     summary="smolagent's flags (--model-type OpenAIModel, --api-base)",
     render=smolagents,
     short="smolagents",
