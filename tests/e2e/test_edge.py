@@ -363,6 +363,6 @@ def test_the_access_log_keeps_a_refused_and_a_passed_request_without_the_key(ser
     assert oct(log.stat().st_mode & 0o777) == "0o600"
     status = pod.cli("status", "inventories/sandbox.py", "--json")
     assert status.returncode == 0, status.stderr[-2000:]
-    (row,) = json.loads(status.stdout)
+    row = json.loads(status.stdout)["sandbox"]
     assert "401 GET /v1/models (missing or wrong API key)" in row["refused"], row["refused"]
     assert "LiteLLM bridge" in row["refused"]
