@@ -112,6 +112,20 @@ def _key_file(rendered: dict) -> str:
     return path
 
 
+def stop_group(proc: subprocess.Popen) -> None:
+    """A process started in a session of its own and whatever it started (MCP servers, its own
+    children): TERM, then KILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=10)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 @dataclass
 class Served:
     """A program a turn needs running beside it (the LiteLLM proxy): + url: where it answers."""
@@ -121,15 +135,7 @@ class Served:
     folder: Path
 
     def stop(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(self.proc.pid, sig)
-                self.proc.wait(timeout=10)
-                return
-            except ProcessLookupError:
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        stop_group(self.proc)
 
 
 def serve(rendered: dict, program: Path, folder: Path, port: int, added: dict[str, str], wrap=None) -> Served:
@@ -210,16 +216,7 @@ class Turn:
         return self
 
     def _stop(self):
-        """The agent and whatever it started (MCP servers, its own children): TERM, then KILL."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(self.proc.pid, sig)
-                self.proc.wait(timeout=10)
-                return
-            except ProcessLookupError:
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        stop_group(self.proc)
 
 
 def start(name: str, s: Setup) -> Turn:

@@ -188,12 +188,17 @@ def _has_calls(folder: Path) -> bool:
 # --- pi: parsed; --mode json prints each tool execution it starts (an unknown tool included) -------
 
 
-def pi_calls(folder: Path) -> list[dict]:
+def _events(folder: Path, kind: str, name: str, arguments: str) -> list[dict]:
+    """The calls in the JSON lines of stdout whose ``type`` is ``kind``, named by two of their keys."""
     return [
-        {"name": event.get("toolName"), "arguments": _args(event.get("args"))}
+        {"name": event.get(name), "arguments": _args(event.get(arguments))}
         for event in _jsonl(_read(folder / "stdout.txt"))
-        if event.get("type") == "tool_execution_start"
+        if event.get("type") == kind
     ]
+
+
+def pi_calls(folder: Path) -> list[dict]:
+    return _events(folder, "tool_execution_start", "toolName", "args")
 
 
 def offline_pi(folder: Path, home: Path, work: Path) -> dict[str, str]:
@@ -267,11 +272,7 @@ def smol_calls(folder: Path) -> list[dict]:
 
 
 def gemini_calls(folder: Path) -> list[dict]:
-    return [
-        {"name": event.get("tool_name"), "arguments": _args(event.get("parameters"))}
-        for event in _jsonl(_read(folder / "stdout.txt"))
-        if event.get("type") == "tool_use"
-    ]
+    return _events(folder, "tool_use", "tool_name", "parameters")
 
 
 def no_cost_map_fetch(folder: Path, home: Path, work: Path) -> dict[str, str]:
