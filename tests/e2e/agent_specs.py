@@ -307,6 +307,7 @@ SPECS: dict[str, Spec] = {
         proof="--json events: an action with tool_call get_weather (Tool 'get_weather' not found)",
         extra=["--json"],
         prepare=no_cost_map_fetch,
+        stop_when=lambda folder: bool(openhands_calls(folder)),
     ),
     "cline": Spec(
         calls=cline_calls,

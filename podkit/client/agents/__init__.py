@@ -1,10 +1,12 @@
-"""``podkit client --for AGENT``: one renderer per agent, found by name in :data:`AGENTS`.
+"""``podkit client --for AGENT``: one description per agent, found by name in :data:`AGENTS`.
 
 Each entry is an :class:`~.base.Agent` (its module holds its table or template); its ``render``
-turns one host's :class:`~podkit.client.connect.ClientSettings` into a :class:`~.base.Setup`:
-the files the agent reads, the environment (the key only by reference), its flags and an example
-run. :func:`setups` renders one agent for several hosts; :mod:`.docs` writes the "Connect an
-agent" page from the same entries.
+turns one host's :class:`~podkit.client.connect.ClientSettings` into a :class:`~.base.Setup`, the
+agent's whole setup: the files it reads, the environment (the key only by reference), its flags,
+the commands to run once, an example run, its notes and its warnings. :func:`setups` renders one
+agent for several hosts; :mod:`.printout` builds what the CLI prints from it (stdout and stderr,
+or JSON rows), so the CLI only writes that out; :mod:`.docs` writes the "Connect an agent" page
+from the same entries. A new agent is one module, its entry here, and its test.
 """
 
 from __future__ import annotations
