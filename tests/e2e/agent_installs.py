@@ -104,7 +104,7 @@ AGENTS: dict[str, Agent] = {
     "continue": Agent("@continuedev/cli", "1.5.47", "cn", "npm"),
     "qwen": Agent("@qwen-code/qwen-code", "0.15.10", "qwen", "npm"),
     "goose": Agent("@aaif/goose", "0.20.1", "goose", "npm"),
-    "claude": Agent("@anthropic-ai/claude-code", "2.1.197", "claude", "npm"),
+    "claude": Agent("@anthropic-ai/claude-code", "2.1.332", "claude", "npm"),
     "aider": Agent("aider-chat", "0.86.2", "aider", "pip"),
     "mini-swe-agent": Agent("mini-swe-agent", "2.4.6", "mini", "pip"),
     "pi": Agent("@mariozechner/pi-coding-agent", "0.73.1", "pi", "npm"),

@@ -54,8 +54,8 @@ VENDOR_HOSTS = (
 class Stranger:
     """The stranger's two servers, its CA, the hosts file and the requests it saw."""
 
-    def __init__(self, folder: Path):
-        self.folder = folder
+    def __init__(self, folder: Path, address: str = ADDRESS):
+        self.folder, self.address = folder, address
         folder.mkdir(parents=True, exist_ok=True)
         self.ca = folder / "ca.crt"
         self.hosts = folder / "hosts"
@@ -66,9 +66,9 @@ class Stranger:
     def start(self) -> Stranger:
         self._certificates()
         names = " ".join(VENDOR_HOSTS)
-        self.hosts.write_text(f"127.0.0.1 localhost\n::1 localhost\n{ADDRESS} {names}\n")
-        plain = http.server.ThreadingHTTPServer((ADDRESS, 80), self._handler("http"))
-        secure = http.server.ThreadingHTTPServer((ADDRESS, 443), self._handler("https"))
+        self.hosts.write_text(f"127.0.0.1 localhost\n::1 localhost\n{self.address} {names}\n")
+        plain = http.server.ThreadingHTTPServer((self.address, 80), self._handler("http"))
+        secure = http.server.ThreadingHTTPServer((self.address, 443), self._handler("https"))
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(self.folder / "server.crt", self.folder / "server.key")
         secure.socket = context.wrap_socket(secure.socket, server_side=True, do_handshake_on_connect=False)

@@ -154,7 +154,7 @@ FACTS = {
         ("env", "ANTHROPIC_DEFAULT_HAIKU_MODEL", "$model"),
         ("env", "ANTHROPIC_SMALL_FAST_MODEL", "$model"),
         ("env", "CLAUDE_CODE_MAX_OUTPUT_TOKENS", "$output_text"),
-        ("env", "CLAUDE_CODE_AUTO_COMPACT_WINDOW", "$context_text"),
+        ("env", "CLAUDE_CODE_MAX_CONTEXT_TOKENS", "$context_text"),
     ],
     "pi": [
         (0, ("providers", "podkit", "baseUrl"), "$url"),

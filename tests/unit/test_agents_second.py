@@ -103,3 +103,12 @@ def test_kilo_reads_the_opencode_file_in_its_own_folder(tmp_path):
     kilo, opencode = agent("kilo").render(cs), agent("opencode").render(cs)
     assert kilo.files[0].path == "~/.config/kilo/opencode.json"
     assert json.loads(kilo.files[0].content) == json.loads(opencode.files[0].content)
+
+
+@pytest.mark.parametrize("context, window", [(65536, None), (99999, None), (100000, "100000"), (262144, "262144")])
+def test_claude_is_given_the_context_and_compacts_there_from_its_minimum(context, window, tmp_path):
+    """Claude Code 2.1.332 assumes 1M tokens for a model it does not know; a compaction window under
+    its 100k minimum is read as 100k with a warning, so it is set only from there."""
+    env = agent("claude").render(settings(tmp_path, context=context)).env
+    assert env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == str(context)
+    assert env.get("CLAUDE_CODE_AUTO_COMPACT_WINDOW") == window
