@@ -7,7 +7,8 @@ the agents' own clouds) is an address of the loopback range where the stranger l
 443 with a certificate for every one of those names, from a CA of its own that the agent is told to
 trust (``NODE_EXTRA_CA_CERTS``, ``SSL_CERT_FILE``, ``REQUESTS_CA_BUNDLE``), and plain HTTP on 80.
 The stranger records every request (host, method, path, headers, body) and answers 401; the test
-then asks whether the key is in any of them. Everything else stays as it was: the endpoint is on
+then asks whether the key is in any of them. Ports 80 and 443 need root, as the e2e layer runs
+(bubblewrap too). Everything else stays as it was: the endpoint is on
 loopback, and this machine reaches no vendor anyway.
 """
 
