@@ -38,6 +38,17 @@ def why(status: int, path: str) -> str:
     return WHY.get(status, "refused")
 
 
+def _status_path(key: str) -> tuple[int, str]:
+    """The status and the path of a ``"STATUS METHOD PATH"`` key."""
+    status_text, _, rest = key.partition(" ")
+    return (int(status_text) if status_text.isdigit() else 0), rest.partition(" ")[2]
+
+
+def _bridged(key: str) -> bool:
+    status, path = _status_path(key)
+    return status == 404 and path.startswith(tuple(BRIDGED))
+
+
 def _counts(refused: Any) -> dict[str, int]:
     counts = refused.get("counts") if isinstance(refused, dict) else None
     if not isinstance(counts, dict):
@@ -56,10 +67,9 @@ def refusal_summary(refused: Any, most: int = 4) -> str | None:
     if not counts:
         return f"no request refused among the last {read} the edge logged ({where})"
     parts = []
-    for key, count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:most]:
-        status_text, _, rest = key.partition(" ")
-        status = int(status_text) if status_text.isdigit() else 0
-        path = rest.partition(" ")[2]
+    # an API vLLM does not serve first (its fix is a bridge), then the commonest
+    for key, count in sorted(counts.items(), key=lambda item: (not _bridged(item[0]), -item[1], item[0]))[:most]:
+        status, path = _status_path(key)
         parts.append(f"{count}x {clean(key)} ({why(status, path)})")
     more = len(counts) - most
     tail = f"; and {more} more kind{'s' if more > 1 else ''}" if more > 0 else ""

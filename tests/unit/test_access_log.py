@@ -71,8 +71,8 @@ def test_the_summary_says_why_each_was_refused():
     line = refusal_summary(refused)
     assert line == (
         "4 of the last 12 requests refused (/workspace/podkit/logs/access.log): "
-        "3x 401 POST /v1/chat/completions (missing or wrong API key); "
-        f"1x 404 GET /v1beta/models/coder:streamGenerateContent ({why(404, '/v1beta/models/x')})"
+        f"1x 404 GET /v1beta/models/coder:streamGenerateContent ({why(404, '/v1beta/models/x')}); "
+        "3x 401 POST /v1/chat/completions (missing or wrong API key)"
     )
     assert "LiteLLM bridge" in why(404, "/v1beta/models/x") and why(404, "/v1/x").startswith("no such route")
     assert refusal_summary({"file": "f", "read": 3, "counts": {}}) == (
@@ -101,3 +101,10 @@ def test_verify_and_status_say_it():
     assert refusal_check(ServerInfo("box"), 0.1) is None
     status = HostStatus("box", "up", read_host=True, model="coder", refused=refusal_summary(refused))
     assert any(line.startswith("  edge: 2 of the last 2 requests refused") for line in describe(status, "inv.py"))
+
+
+def test_an_api_that_needs_the_bridge_is_said_first_however_rare():
+    counts = {f"404 GET /x{i}": 10 + i for i in range(6)} | {"404 POST /v1beta/models/m:generateContent": 1}
+    line = refusal_summary({"file": "f", "read": 99, "counts": counts}, most=2)
+    assert line.split(": ", 1)[1].startswith("1x 404 POST /v1beta/models/m:generateContent (the Gemini API")
+    assert "15x 404 GET /x5" in line and "and 5 more kinds" in line
