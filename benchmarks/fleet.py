@@ -32,8 +32,8 @@ from converge import row  # noqa: E402  (benchmarks/ is this script's folder)
 
 from podkit import PROJECT_ROOT  # noqa: E402
 from podkit.sandbox.box import Sandbox  # noqa: E402
-from testing.netpods import NetnsPod, copy_volume, stand_in_inventory  # noqa: E402
 from testing import runpod_pods  # noqa: E402
+from testing.netpods import NetnsPod, copy_volume, stand_in_inventory  # noqa: E402
 from testing.runpod_api import RunPodReplay  # noqa: E402
 
 API_KEY = "rp-bench-key"

@@ -13,6 +13,11 @@ Markers (one registry, ``GENERATORS``):
 
 A marker this file does not know fails the build (mkdocs build --strict runs in scripts/test.sh).
 ``tests/unit/test_docs.py`` runs the same expansion on every page.
+
+A marker may also hold its text in the file, so the page reads whole in the repository too: the
+generated text stands between ``<!-- podkit:NAME -->`` and ``<!-- /podkit:NAME -->``. The site
+shows the text generated now; ``python docs/hooks.py --write`` writes it into the files, and
+``tests/unit/test_docs.py`` fails while a file's copy differs from it.
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 MARKER = re.compile(r"<!-- podkit:([a-z-]+)((?: [a-z-]+)*) -->")
+#: A marker that holds its generated text in the file, up to its closing marker.
+BLOCK = re.compile(r"<!-- podkit:([a-z-]+)((?: [a-z-]+)*) -->\n(.*?)<!-- /podkit:\1 -->\n?", re.S)
+#: The pages that hold their generated text (docs/, relative).
+HELD = ("agents.md",)
 
 #: Each top-level command's page, relative to docs/commands/ (the commands table links there).
 COMMAND_PAGES = {
@@ -91,17 +100,42 @@ GENERATORS: dict[str, Callable[..., str]] = {
 }
 
 
+def _generated(match: re.Match[str], where: str) -> str:
+    name, args = match.group(1), match.group(2).split()
+    if name not in GENERATORS:
+        raise ValueError(f"{where}: unknown marker podkit:{name}; known: {', '.join(sorted(GENERATORS))}")
+    return GENERATORS[name](*args)
+
+
 def expand(markdown: str, where: str) -> str:
-    """``markdown`` with every marker replaced by its generated text; an unknown marker is an
-    error naming the page and the markers there are."""
+    """``markdown`` with every marker (and the text a block marker holds) replaced by its generated
+    text; an unknown marker is an error naming the page and the markers there are."""
+    held = BLOCK.sub(lambda match: _generated(match, where), markdown)
+    return MARKER.sub(lambda match: _generated(match, where), held)
+
+
+def fill(markdown: str, where: str) -> str:
+    """``markdown`` with the text each block marker holds generated again (the markers kept)."""
 
     def one(match: re.Match[str]) -> str:
-        name, args = match.group(1), match.group(2).split()
-        if name not in GENERATORS:
-            raise ValueError(f"{where}: unknown marker podkit:{name}; known: {', '.join(sorted(GENERATORS))}")
-        return GENERATORS[name](*args)
+        opening = f"<!-- podkit:{match.group(1)}{match.group(2)} -->"
+        return f"{opening}\n{_generated(match, where)}<!-- /podkit:{match.group(1)} -->\n"
 
-    return MARKER.sub(one, markdown)
+    return BLOCK.sub(one, markdown)
+
+
+def write(docs: Path | None = None) -> list[str]:
+    """Write the generated text into each page of :data:`HELD`; the pages that changed."""
+    docs = docs or Path(__file__).resolve().parent
+    changed = []
+    for name in HELD:
+        path = docs / name
+        text = path.read_text()
+        filled = fill(text, name)
+        if filled != text:
+            path.write_text(filled)
+            changed.append(name)
+    return changed
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 (MkDocs' signature)
@@ -116,3 +150,12 @@ def on_config(config):
     if root not in sys.path:
         sys.path.insert(0, root)
     return config
+
+
+if __name__ == "__main__":  # python docs/hooks.py --write
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    if sys.argv[1:] != ["--write"]:
+        sys.exit("usage: python docs/hooks.py --write")
+    print("\n".join(f"wrote docs/{name}" for name in write()) or "docs are up to date")

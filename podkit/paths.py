@@ -49,6 +49,9 @@ class Paths:
     edge_data = property(lambda self: self._at("edge"))
     ca_root = property(lambda self: self._at("edge", "caddy", "pki", "authorities", "local", "root.crt"))
     edge_log = property(lambda self: self._at("logs", "edge.log"))
+    # every request the edge answered: method, path, status, size and time (never a header, body or
+    # key), rolled by Caddy itself (see templates/Caddyfile.j2)
+    access_log = property(lambda self: self._at("logs", "access.log"))
     supervisord_log = property(lambda self: self._at("logs", "supervisord.log"))
     legacy_runner_script = property(
         lambda self: self._at("bin", "runner.sh")

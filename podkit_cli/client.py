@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import shlex
-
 import click
 
 from podkit import project_path
-from podkit.client.agents import AGENTS, File, Setup, setups
-from podkit.client.agents.base import guide
-from podkit.client.connect import CLIENTS, LLM_KEY_NAME, ClientSettings, ConnectError, notes, render, summary, warnings
+from podkit.client.agents import AGENTS
+from podkit.client.agents.printout import PartError, printout, rows, summary_warnings
+from podkit.client.connect import ClientSettings, ConnectError, summary
 from podkit.text import clean
 
 from .hosts import Target, load_targets
@@ -142,20 +140,20 @@ def emit_settings(
         emit_agent(settings, keys, client, as_json, show_key, file_path, exports)
         return
     if as_json:
-        rows = []
+        found = []
         for cs, problem in settings:
-            row = {**cs.as_dict(), "warnings": ([problem] if problem else []) + warnings(cs)}
+            row = {**cs.as_dict(), "warnings": ([problem] if problem else []) + summary_warnings(cs)}
             if show_key:
                 row["api_key"] = keys[cs.host]
-            rows.append(row)
-        click.echo(dumps(rows))
+            found.append(row)
+        click.echo(dumps(found))
         return
     for index, (cs, problem) in enumerate(settings):
         if index:
             click.echo("")
         click.echo(clean(summary(cs, keys[cs.host] if show_key else None), lines=True), nl=False)
         say([problem] if problem else [])
-        say(line for line in warnings(cs) if not (cs.note and line == f"{cs.host}: {cs.note}"))
+        say(line for line in summary_warnings(cs) if not (cs.note and line == f"{cs.host}: {cs.note}"))
 
 
 def emit_agent(
@@ -167,73 +165,18 @@ def emit_agent(
     file_path: str | None,
     exports: bool,
 ) -> None:
-    """``client``'s setup for each host: JSON, or one host's file or exports on stdout."""
-    agent = AGENTS[client]
-    problems = [problem for _, problem in settings if problem]
-    if agent.needs_context and problems:
-        raise click.ClickException(f"{problems[0]}; {agent.called} needs it: set vllm_max_model_len to a number")
-    chosen = [cs for cs, _ in settings]
+    """``client``'s setup for each host, as :mod:`podkit.client.agents.printout` builds it: JSON,
+    or one host's file or exports on stdout and the rest on stderr."""
     try:
-        done = setups(client, chosen)
+        if as_json:
+            click.echo(dumps(rows(client, settings)))
+            return
+        key = keys[settings[0][0].host] if show_key else None
+        printed = printout(client, settings, file_path, exports, key)
+    except PartError as exc:
+        raise BadInput(str(exc)) from None
     except ConnectError as exc:
         raise click.ClickException(str(exc)) from None
-    if as_json:
-        rows = []
-        for cs, setup in zip(chosen, done):
-            row = setup.as_dict()
-            row["notes"] += warnings(cs, client)
-            rows.append(row)
-        click.echo(dumps(rows))
-        return
-    if client in CLIENTS and file_path is None and not exports:
-        text = render(client, chosen, key=keys[chosen[0].host] if show_key and client == "env" else None)
-        click.echo(clean(text, lines=True), nl=False)
-        say(problems)
-        for cs in chosen:
-            say(warnings(cs, client))
-        say(_notes(client, chosen, keys if show_key else None))
-        return
-    setup = done[0]
-    shown = _pick(setup, file_path, exports)
-    click.echo(clean(setup.script() if shown is None else shown.content, lines=True), nl=False)
-    say(problems)
-    say(warnings(chosen[0], client))
-    say(guide(setup, shown))
-    if show_key:
-        say(["--show-key leaves the key out of it: export PODKIT_API_KEY before you start the agent"])
-
-
-def _pick(setup: Setup, file_path: str | None, exports: bool) -> File | None:
-    """The file that goes to stdout (``file_path``, else the first), or None for the exports."""
-    if exports or not setup.files:
-        return None
-    if file_path is None:
-        return setup.files[0]
-    for file in setup.files:
-        if file.path == file_path:
-            return file
-    raise BadInput(
-        f"--file {file_path}: {setup.agent} reads "
-        + (", ".join(f.path for f in setup.files) or "no file (leave out --file)")
-    )
-
-
-def _notes(client: str, chosen: list[ClientSettings], keys: dict[str, str] | None) -> list[str]:
-    """How to hand ``client`` the key and the CA; the key itself only when ``keys`` (--show-key)."""
-    lines = []
-    for cs in chosen:
-        lines += [line for line in notes(cs, client) if line not in lines]
-    if keys and client == "llm":
-        lines = [f"give llm the key once: llm keys set {LLM_KEY_NAME} --value {shlex.quote(keys[chosen[0].host])}"] + [
-            line for line in lines if not line.startswith("give llm the key once")
-        ]
-    if keys and client in ("hermes", "openai"):
-        lines.append("--show-key leaves the key out of it: export PODKIT_API_KEY before you start the client")
-    cas = sorted({cs.ca_file for cs in chosen if cs.ca_file})
-    if len(cas) > 1:
-        lines.append(
-            "SSL_CERT_FILE names one file: put the CA certificates in one (cat "
-            + " ".join(shlex.quote(ca) for ca in cas)
-            + " > podkit-cas.crt) and point it there"
-        )
-    return lines
+    click.echo(printed.stdout, nl=False)
+    for line in printed.stderr:
+        click.echo(line, err=True)

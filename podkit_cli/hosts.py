@@ -18,6 +18,7 @@ import contextlib
 import io
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import click
@@ -127,15 +128,36 @@ def _cause(exc: click.ClickException) -> str:
     return str(getattr(exc, "message", "") or type(exc).__name__)
 
 
+#: The fallbacks already said in this process (a command loads its inventory more than once).
+_SAID: set[str] = set()
+
+
+def inventory_file(inventory: str) -> Path:
+    """INVENTORY as the user means it: an absolute path as given, a relative one from the current
+    folder, else (said once on stderr) from the podkit project's folder, where ``inventories/`` is."""
+    given = Path(inventory).expanduser()
+    if given.is_absolute() or given.exists():
+        if given.exists():
+            return given.absolute()
+    else:
+        fallback = project_path(str(given))
+        if fallback.exists():
+            if inventory not in _SAID:
+                _SAID.add(inventory)
+                click.echo(f"{inventory}: not in {Path.cwd()}; using {fallback}", err=True)
+            return fallback
+    raise click.BadParameter(f"{inventory}: no such inventory file", param_hint="INVENTORY")
+
+
 def load_hosts(inventory: str, host_names: tuple[str, ...] = ()) -> list[Host]:
-    """Each selected host of ``inventory`` with its data exactly as the deploy sees it."""
-    if not project_path(inventory).exists():
-        raise click.BadParameter(f"{inventory}: no such inventory file", param_hint="INVENTORY")
+    """Each selected host of ``inventory`` (:func:`inventory_file`) with its data exactly as the
+    deploy sees it."""
+    path = inventory_file(inventory)
 
     def load(make_inventory):
         try:
             with contextlib.redirect_stdout(io.StringIO()):
-                return make_inventory(str(project_path(inventory)), cwd=str(PROJECT_ROOT))
+                return make_inventory(str(path), cwd=str(PROJECT_ROOT))
         except SystemExit as exc:  # a dynamic inventory's own one-line refusal (inventories/runpod.py)
             raise click.ClickException(str(exc.code) if exc.code not in (None, 0) else f"{inventory} exited") from None
         except click.ClickException as exc:  # pyinfra's own errors show a traceback: name the cause instead

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from podkit import PROJECT_ROOT, project_path
+from podkit import PROJECT_ROOT
 from podkit.host.readiness import UP_STARTED
 from podkit.plan.gpus import Hardware
 from podkit.runpod import control
@@ -29,16 +29,14 @@ from podkit.runpod.control import PodsError
 from podkit.runpod.pods import SETTINGS_ENV, Pod, selected
 from podkit.settings import Settings, SettingsError
 
-from .hosts import load_hosts
+from .hosts import inventory_file, load_hosts
 
 POD_LISTING = "podkit.pods"  # the name inventories/runpod.py is run under to read `select` alone
 
 
 def pod_selection(inventory: str):
     """The inventory's pod filter when it lists RunPod pods (it defines ``select``), else None."""
-    path = project_path(inventory)
-    if not path.exists():
-        raise click.BadParameter(f"{inventory}: no such inventory file", param_hint="INVENTORY")
+    path = inventory_file(inventory)
     try:
         with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
             namespace = runpy.run_path(str(path), run_name=POD_LISTING)
@@ -85,7 +83,8 @@ def apply_deploy(inventory: str, names: tuple[str, ...], started: float | None =
     """``pyinfra -y INVENTORY deploy.py`` (limited to ``names``), its output on this terminal.
     ``started``: when ``podkit up`` began, so each start's record holds its total from there."""
     pyinfra = Path(sys.executable).parent / "pyinfra"
-    argv = [str(pyinfra) if pyinfra.exists() else (shutil.which("pyinfra") or "pyinfra"), "-y", inventory, "deploy.py"]
+    found = str(inventory_file(inventory))
+    argv = [str(pyinfra) if pyinfra.exists() else (shutil.which("pyinfra") or "pyinfra"), "-y", found, "deploy.py"]
     for name in names:
         argv += ["--limit", name]
     env = {**os.environ, UP_STARTED: f"{started:.3f}"} if started else None
@@ -178,7 +177,7 @@ def deploy_and_verify(inventory: str, name: str, started: float) -> str | None:
     which one failed (their output is on this terminal)."""
     if apply_deploy(inventory, (name,), started) != 0:
         return "its deploy failed (see above)"
-    argv = [sys.executable, "-m", "podkit_cli", "verify", inventory, "--host", name]
+    argv = [sys.executable, "-m", "podkit_cli", "verify", str(inventory_file(inventory)), "--host", name]
     if subprocess.run(argv, cwd=PROJECT_ROOT, stdout=sys.stderr, stderr=sys.stderr).returncode != 0:
         return "its verify failed (see above)"
     return None

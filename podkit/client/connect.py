@@ -13,8 +13,9 @@ the API key and, for TLS from the edge's own CA, the pinned CA certificate: a
 - :func:`llm_yaml`: entries of llm's ``extra-openai-models.yaml``;
 - :func:`openai_snippet`: Python for the ``openai`` SDK and the OpenAI Agents SDK,
   with the Agents SDK's tracing (to OpenAI, with ``OPENAI_API_KEY``) turned off;
-- :func:`summary`: lines for people; :func:`warnings` and :func:`notes`: what goes
-  to stderr beside a snippet.
+- :func:`summary`: lines for people; :func:`warnings`: what may stop any client.
+
+Each agent's whole setup (these texts among them) is built in :mod:`podkit.client.agents`.
 
 YAML is written by hand, every string as a JSON string (JSON strings are YAML
 double-quoted scalars), so the package needs no YAML library.
@@ -40,8 +41,6 @@ HERMES_MIN_CONTEXT = 64000
 HERMES_CONTEXT_SETTING = 65536
 #: The most Hermes asks for in one answer; its custom provider otherwise asks for its whole context.
 HERMES_MAX_TOKENS = 8192
-#: The renderers by the name ``--for`` takes.
-CLIENTS = ("env", "hermes", "llm", "openai")
 #: What llm's key store calls the key (``llm keys set podkit``).
 LLM_KEY_NAME = "podkit"
 
@@ -145,7 +144,8 @@ def _key_from_file(cs: ClientSettings) -> str:
 def env_snippet(cs: ClientSettings, key: str | None = None) -> str:
     """Shell exports for OpenAI-compatible clients of ``cs``'s endpoint (``eval "$(...)"`` or
     ``source``). The key is read from its file when the shell runs them; with ``key``, the
-    key itself is written instead."""
+    key itself is written instead. A known context goes in ``PODKIT_CONTEXT_LENGTH`` and the
+    output limit (:func:`output_limit`) in ``PODKIT_MAX_OUTPUT_TOKENS``."""
     value = shlex.quote(key) if key is not None else _key_from_file(cs)
     context = f", context {cs.context_length} tokens" if cs.context_length else ""
     lines = [
@@ -155,6 +155,9 @@ def env_snippet(cs: ClientSettings, key: str | None = None) -> str:
         f"export PODKIT_API_KEY={value}",
         f"export PODKIT_MODEL={shlex.quote(cs.model)}",
     ]
+    if cs.context_length:
+        lines.append(f"export PODKIT_CONTEXT_LENGTH={int(cs.context_length)}")
+        lines.append(f"export PODKIT_MAX_OUTPUT_TOKENS={output_limit(int(cs.context_length))}")
     if cs.ca_file:
         lines.append("# TLS from the edge's own CA: httpx-based clients (openai, llm, Hermes) trust this file only")
         lines.append(f"export SSL_CERT_FILE={shlex.quote(cs.ca_file)}")
@@ -262,43 +265,16 @@ else:
 """
 
 
-def warnings(cs: ClientSettings, client: str | None = None) -> list[str]:
-    """What may stop ``client`` (or any client, when None) from working with ``cs``: one line each."""
+def warnings(cs: ClientSettings) -> list[str]:
+    """What may stop any client from working with ``cs``: one line each (each agent adds its own:
+    :mod:`podkit.client.agents`)."""
     found = []
-    if client in (None, "hermes") and cs.context_length is not None and cs.context_length < HERMES_MIN_CONTEXT:
-        found.append(
-            f"{cs.host}: Hermes Agent needs at least {HERMES_MIN_CONTEXT:,} tokens of context but the server has "
-            f"{cs.context_length:,}: set vllm_max_model_len = {HERMES_CONTEXT_SETTING} and re-apply"
-        )
     if cs.ca_file and not Path(cs.ca_file).is_file():
         found.append(
             f"{cs.host}: no pinned CA certificate at {cs.ca_file} yet: apply the deploy (it pins the edge's CA)"
         )
     if cs.note:
         found.append(f"{cs.host}: {cs.note}")
-    return found
-
-
-def notes(cs: ClientSettings, client: str | None = None) -> list[str]:
-    """How to hand ``client`` the key and the CA: one line each, for stderr beside a snippet."""
-    key = _key_from_file(cs)
-    found = []
-    if client == "hermes":
-        found.append(f"Hermes reads the key from its environment: export PODKIT_API_KEY={key}")
-    elif client == "llm":
-        found.append(f"give llm the key once: llm keys set {LLM_KEY_NAME} --value {key}")
-    elif client == "openai":
-        found.append(f"the program reads the key from its environment: export PODKIT_API_KEY={key}")
-    if cs.ca_file and client in ("hermes", "llm"):
-        found.append(
-            f"{cs.host} serves TLS from its own CA: run the client with SSL_CERT_FILE={shlex.quote(cs.ca_file)} "
-            "(httpx then trusts that file only: set it for this client, not your whole shell)"
-        )
-    elif cs.ca_file and client == "env":
-        found.append(
-            "SSL_CERT_FILE makes httpx-based clients in that shell trust the edge's CA only: "
-            "source these lines in the shell that runs the agent"
-        )
     return found
 
 
@@ -318,23 +294,6 @@ def summary(cs: ClientSettings, key: str | None = None) -> str:
     if cs.note:
         lines.append(f"  note     {cs.note}")
     return "\n".join(lines) + "\n"
-
-
-def render(client: str, settings: list[ClientSettings], key: str | None = None) -> str:
-    """The snippet ``--for client`` prints. Every client but llm takes exactly one host."""
-    if client not in CLIENTS:
-        raise ConnectError(f"unknown client {client!r}; one of {', '.join(CLIENTS)}")
-    if client == "llm":
-        return llm_yaml(settings)
-    if len(settings) != 1:
-        names = ", ".join(cs.host for cs in settings)
-        raise ConnectError(f"--for {client} writes one host's settings but {len(settings)} are selected ({names})")
-    cs = settings[0]
-    if client == "env":
-        return env_snippet(cs, key)
-    if client == "hermes":
-        return hermes_yaml(cs)
-    return openai_snippet(cs)
 
 
 # --- podkit tunnel's ssh --------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any
 
 from podkit.client.outcome import Outcome, worst
 from podkit.client.serverinfo import ServerInfo
+from podkit.host.access import refusal_summary
 from podkit.host.hoststate import orphan_line
 from podkit.host.idlefiles import self_stop_problem
 from podkit.host.supervision import program_problems
@@ -158,3 +159,10 @@ def self_stop_check(info: ServerInfo, seconds: float) -> Check | None:
     return Check(
         "the pod can stop itself", True, f"RunPod answered pod {pod_id}'s own key ({proof.get('via')})", seconds
     )
+
+
+def refusal_check(info: ServerInfo, seconds: float) -> Check | None:
+    """What the edge refused lately, and why (its access log): said, never failed (a client's wrong
+    key is the client's); None when the host keeps no access log yet."""
+    said = refusal_summary(info.refused)
+    return Check("edge refusals", True, said, seconds) if said else None

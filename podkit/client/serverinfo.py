@@ -56,6 +56,9 @@ class ServerInfo:
     routes: list[str] | None = None
     #: a router host: {"policy", "workers": [{"name", "url", "healthy"}]} or {"policy", "error"}
     router: dict[str, Any] | None = None
+    #: what the edge refused lately, from its access log (podctl's ``refused``): {"file", "read",
+    #: "counts": {"STATUS METHOD PATH": n}, "last": [...]}; None when there is no log
+    refused: dict[str, Any] | None = None
     #: what supervises (supervisord or systemd), its pid, {program: state} as it says, and the
     #: last log line of each program it does not run; None when the host was not read
     supervisor: str | None = None
@@ -91,7 +94,13 @@ def describe_config(settings: Settings, leaks: bool = False) -> dict[str, Any]:
         "record": paths.checkpoint_record,
         "log_file": paths.log_file,
         # every log podkit's programs write (vLLM or the router, Caddy, supervisord), with their rotated copies
-        "logs": [paths.router_log if router else paths.log_file, paths.edge_log, paths.supervisord_log],
+        "logs": [
+            paths.router_log if router else paths.log_file,
+            paths.edge_log,
+            paths.supervisord_log,
+            paths.access_log,
+        ],
+        "access_log": paths.access_log,
         "scripts": sorted({f for f in written if f != paths.api_key}),
         # what Caddy writes (its CA, certificates, locks): the key must be in none of it
         "folders": [paths.edge_data],
@@ -129,6 +138,7 @@ def parse_describe(host: str, settings: Settings, output: str) -> ServerInfo:
         vllm_listens=data.get("vllm_listens"),
         routes=data.get("routes"),
         router=data.get("router"),
+        refused=data.get("refused") if isinstance(data.get("refused"), dict) else None,
         supervisor=data.get("supervisor"),
         supervisor_pid=data.get("supervisor_pid"),
         programs=data.get("programs"),

@@ -35,7 +35,15 @@ from openai.types.chat import ChatCompletionMessageFunctionToolCall
 from podkit.client.agentapis import AGENT_APIS, AgentApi, unserved
 from podkit.client.api import VllmApi
 from podkit.client.edgecheck import edge_refusals
-from podkit.client.hostchecks import Check, Report, key_checks, orphan_check, program_check, self_stop_check
+from podkit.client.hostchecks import (
+    Check,
+    Report,
+    key_checks,
+    orphan_check,
+    program_check,
+    refusal_check,
+    self_stop_check,
+)
 from podkit.client.outcome import Outcome, worst
 from podkit.client.serverinfo import ServerInfo, key_refusal
 from podkit.client.toolcalls import WEATHER_TOOL, schema_errors, silent_failure, wrong_parser
@@ -305,6 +313,8 @@ class Verifier:
                     report.checks.append(program_check(info, seconds))
                     report.checks += [check for check in [self_stop_check(info, seconds)] if check]
                     report.checks.append(self._timed("edge refuses the rest", lambda: edge_refusals(self.api, info)))
+                    refused = refusal_check(info, seconds)
+                    report.checks += [refused] if refused else []
         report.started = started.isoformat(timespec="milliseconds")
         report.seconds = round(time.monotonic() - start, 3)
         return report

@@ -154,6 +154,7 @@ class _Renderer:
             edge_port=s.edge_port,
             caddyfile=paths.caddyfile,
             run_dir=paths.run,
+            access_log=paths.access_log,
             edge_data=paths.edge_data,
             key_file=paths.api_key,
             summed=edge_files(s),

@@ -16,6 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from podkit.host.access import refusal_summary
 from podkit.host.idlefiles import self_stop_problem
 from podkit.host.podctl import PodctlError, last_line, read_answer
 from podkit.host.probe import server_config
@@ -36,6 +37,7 @@ def status_config(settings: Settings, name: str) -> dict[str, Any]:
         "idle_state": paths.idle_state,
         "stopped_file": paths.stopped_marker,
         "wake_file": paths.wake_record,
+        "access_log": paths.access_log,
         "plan_file": paths.plan_file,
         # podctl down stops through the idle watcher's program (idle.py --stop)
         "python": f"{paths.venv}/bin/python",
@@ -83,6 +85,8 @@ class HostStatus:
     last_start: dict[str, Any] | None = None
     #: the last two starts that passed readiness, older first: {"at", "phases", "profile", "kv_bytes"}
     starts: list[dict[str, Any]] = field(default_factory=list)
+    #: what the edge refused lately, one line (podkit.host.access), None when it keeps no log yet
+    refused: str | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
     #: broken promises, each with its fix: a program not running, the supervisor gone, a stray process
@@ -288,6 +292,7 @@ def _from_host(status: HostStatus, remote: dict[str, Any], bare_metal: bool, now
     if bare_metal and isinstance(idle.get("usd_per_hour"), (int, float)):
         status.usd_per_hour = float(idle["usd_per_hour"])
     status.problems = status_problems(remote)
+    status.refused = refusal_summary(remote.get("refused"))
     # the watcher's last reading is a promise only while the supervisor says the watcher runs
     if idle and status.state == "up" and running(remote.get("programs") or {}, "idle"):
         status.in_flight = None if idle.get("in_flight") is None else int(idle["in_flight"])
@@ -409,6 +414,8 @@ def describe(status: HostStatus, inventory: str) -> list[str]:
             f"  stopped on purpose: {status.stopped.get('why') or status.stopped.get('by') or 'no reason given'}"
         )
     lines += wake_lines(status)
+    if status.refused and status.read_host:
+        lines.append(f"  edge: {status.refused}")
     if status.state in ("stopped", "crashed") or status.stopped:
         lines.append(f"  start it: podkit up {inventory} --host {status.host}")
     if status.spend_usd is not None:

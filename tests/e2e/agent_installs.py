@@ -40,6 +40,8 @@ class Agent:
     command: str
     via: str
     extra: tuple[str, ...] = ()
+    #: the Python the venv is made with, where the agent needs another than this one (``"3.12"``)
+    python: str = ""
 
     @property
     def key(self) -> str:
@@ -77,10 +79,11 @@ class Agent:
         # the venv without a pip of its own (ensurepip costs 3 CPU-seconds a venv): this interpreter's
         # pip installs into it (--python); what the agent imports is the same
         python = str(into / "bin" / "python")
+        maker = interpreter(self.python)
         return [
-            [sys.executable, "-m", "venv", "--without-pip", str(into)],
+            [maker, "-m", "venv", "--without-pip", str(into)],
             [
-                sys.executable,
+                maker,
                 "-m",
                 "pip",
                 "--python",
@@ -101,9 +104,17 @@ AGENTS: dict[str, Agent] = {
     "continue": Agent("@continuedev/cli", "1.5.47", "cn", "npm"),
     "qwen": Agent("@qwen-code/qwen-code", "0.15.10", "qwen", "npm"),
     "goose": Agent("@aaif/goose", "0.20.1", "goose", "npm"),
-    "claude": Agent("@anthropic-ai/claude-code", "2.1.197", "claude", "npm"),
+    "claude": Agent("@anthropic-ai/claude-code", "2.1.332", "claude", "npm"),
     "aider": Agent("aider-chat", "0.86.2", "aider", "pip"),
     "mini-swe-agent": Agent("mini-swe-agent", "2.4.6", "mini", "pip"),
+    "pi": Agent("@mariozechner/pi-coding-agent", "0.73.1", "pi", "npm"),
+    "cline": Agent("cline", "3.0.65", "cline", "npm"),
+    "kilo": Agent("@kilocode/cli", "7.7.7", "kilo", "npm"),
+    "gemini": Agent("@google/gemini-cli", "0.61.0", "gemini", "npm"),
+    "openhands": Agent("openhands", "1.16.0", "openhands", "pip", python="3.12"),
+    "gptme": Agent("gptme", "0.35.1", "gptme", "pip"),
+    "smolagents": Agent("smolagents[toolkit]", "1.26.0", "smolagent", "pip", extra=("openai==3.54.0",)),
+    "litellm": Agent("litellm[proxy]", "1.108.7", "litellm", "pip"),
 }
 
 #: The clients podkit's users run, pinned: their config formats and flags are what tests/e2e/test_clients.py
@@ -114,6 +125,16 @@ CLIENTS: dict[str, Agent] = {
     "llm": Agent("llm", "0.36", "llm", "pip", extra=("openai==3.54.0",)),
     "agents": Agent("openai-agents", "0.24.0", "python", "pip", extra=("openai==3.54.0",)),
 }
+
+
+def interpreter(version: str) -> str:
+    """The Python that makes a venv: this one, or ``pythonVERSION`` on PATH or under pyenv's versions
+    (OpenHands asks for exactly 3.12; its users get it from uv, which downloads one)."""
+    if not version or sys.version.startswith(version + "."):
+        return sys.executable
+    # pyenv's own folder first: its shim on PATH fails unless that version is selected
+    pyenv = sorted((Path.home() / ".pyenv" / "versions").glob(f"{version}.*/bin/python{version}"))
+    return str(pyenv[-1]) if pyenv else shutil.which(f"python{version}") or f"python{version}"
 
 
 def named(name: str) -> Agent:

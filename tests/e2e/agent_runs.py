@@ -19,6 +19,7 @@ import shlex
 import signal
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,14 +66,16 @@ def evaluate_env(rendered_env: dict[str, str], base: dict[str, str], cwd: Path) 
 
 
 def run_line(rendered: dict, prompt: str, extra: list[str]) -> str:
-    """The ``run`` line as sh runs it (``~`` expanded, as a user's shell does), ``prompt`` in place of
-    ``"PROMPT"`` and the test's own bounds (``extra``) after it. The line must hold ``args``."""
+    """The ``once`` lines, each of which must work, then the ``run`` line as sh runs it (``~``
+    expanded, as a user's shell does), ``prompt`` in place of ``"PROMPT"`` and the test's own bounds
+    (``extra``) after it. The line must hold ``args``."""
     line = rendered["run"]
     assert line.count('"PROMPT"') == 1, line
     words = shlex.split(line)
     args = rendered["args"]
     assert not args or any(words[i : i + len(args)] == args for i in range(len(words))), (args, words)
-    return "exec " + line.replace('"PROMPT"', shlex.join([prompt, *extra]))
+    once = "".join(f"{command} || exit 97\n" for command in rendered.get("once") or [])
+    return once + "exec " + line.replace('"PROMPT"', shlex.join([prompt, *extra]))
 
 
 def setup(rendered: dict, program: Path, folder: Path, spec, key_file: str | None = None) -> Setup:
@@ -107,6 +110,66 @@ def _key_file(rendered: dict) -> str:
         shlex.split(v.removeprefix('"$(cat ').removesuffix(')"'))[0] for v in rendered["env"].values() if "$(cat " in v
     }
     return path
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """A process started in a session of its own and whatever it started (MCP servers, its own
+    children): TERM, then KILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=10)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@dataclass
+class Served:
+    """A program a turn needs running beside it (the LiteLLM proxy): + url: where it answers."""
+
+    url: str
+    proc: subprocess.Popen
+    folder: Path
+
+    def stop(self) -> None:
+        stop_group(self.proc)
+
+
+def serve(rendered: dict, program: Path, folder: Path, port: int, added: dict[str, str], wrap=None) -> Served:
+    """``rendered``'s ``run`` line started as a user starts a server from podkit's output alone (its
+    files placed, its env evaluated), its ``--port`` the free ``port`` given; ready once its
+    LiteLLM-style ``/health/liveliness`` answers (a :class:`Served`, or AssertionError with its log)."""
+    home, work = folder / "home", folder / "work"
+    home.mkdir(parents=True)
+    work.mkdir()
+    place_files(rendered, home, work)
+    base = {"PATH": f"{program.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}", "HOME": str(home), "LANG": "C.UTF-8"}
+    env = evaluate_env(rendered["env"], base, work) | added
+    words = shlex.split(rendered["run"])
+    at = words.index("--port") + 1
+    line = rendered["run"].replace(f"--port {words[at]}", f"--port {port}")
+    argv = ["sh", "-c", "exec " + line]
+    if wrap is not None:
+        argv, env = wrap(argv, env)
+    log = open(folder / "server.log", "w")
+    proc = subprocess.Popen(
+        argv, env=env, cwd=work, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+    )
+    served = Served(f"http://127.0.0.1:{port}", proc, folder)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        try:
+            with urllib.request.urlopen(served.url + "/health/liveliness", timeout=2):
+                return served
+        except OSError:
+            time.sleep(0.5)
+    served.stop()
+    raise AssertionError(f"{words[0]} did not start: {(folder / 'server.log').read_text(errors='replace')[-3000:]}")
 
 
 @dataclass
@@ -153,16 +216,7 @@ class Turn:
         return self
 
     def _stop(self):
-        """The agent and whatever it started (MCP servers, its own children): TERM, then KILL."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(self.proc.pid, sig)
-                self.proc.wait(timeout=10)
-                return
-            except ProcessLookupError:
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        stop_group(self.proc)
 
 
 def start(name: str, s: Setup) -> Turn:

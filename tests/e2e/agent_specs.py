@@ -74,6 +74,8 @@ class Spec:
     shows_arguments: bool = True
     #: files where the agent itself saves its whole environment, the key with it (under the turn's folder)
     env_snapshots: tuple[str, ...] = ()
+    #: the agent forces a call (tool_choice "required"), so vLLM's call is to one of these tools of its own
+    own_tools: tuple[str, ...] = ()
 
 
 # --- Codex CLI: parsed ("unsupported call: get_weather"), its rollout records the function_call ------
@@ -165,11 +167,6 @@ def mini_calls(folder: Path) -> list[dict]:
     return calls
 
 
-def mini_prepare(folder: Path, home: Path, work: Path) -> dict[str, str]:
-    # litellm fetches its model cost map from GitHub at start and retries for ~10 s offline
-    return {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-
-
 # --- aider: sends no tools; the chat history shows the answer came --------------------------------
 
 
@@ -188,7 +185,152 @@ def _has_calls(folder: Path) -> bool:
     return bool(_calls_file(folder))
 
 
+# --- pi: parsed; --mode json prints each tool execution it starts (an unknown tool included) -------
+
+
+def _events(folder: Path, kind: str, name: str, arguments: str) -> list[dict]:
+    """The calls in the JSON lines of stdout whose ``type`` is ``kind``, named by two of their keys."""
+    return [
+        {"name": event.get(name), "arguments": _args(event.get(arguments))}
+        for event in _jsonl(_read(folder / "stdout.txt"))
+        if event.get("type") == kind
+    ]
+
+
+def pi_calls(folder: Path) -> list[dict]:
+    return _events(folder, "tool_execution_start", "toolName", "args")
+
+
+def offline_pi(folder: Path, home: Path, work: Path) -> dict[str, str]:
+    return {"PI_OFFLINE": "1"}  # no update checks or install telemetry at start
+
+
+# --- Kilo: parsed; it prints the call it could not run ("✗ get_weather {...} failed") ---------------
+
+KILO_CALL = re.compile(r"✗ \S*get_weather (\{.*?\}) failed")
+
+
+def kilo_calls(folder: Path) -> list[dict]:
+    return [{"name": "get_weather", "arguments": _args(found)} for found in KILO_CALL.findall(_out(folder))]
+
+
+# --- Cline: parsed; it prints each call ("[get_weather] {...}") and that it was rejected ------------
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+CLINE_CALL = re.compile(r"\[get_weather\] (\{.*?\})")
+
+
+def cline_calls(folder: Path) -> list[dict]:
+    text = ANSI.sub("", _out(folder))
+    return [{"name": "get_weather", "arguments": _args(found)} for found in CLINE_CALL.findall(text)]
+
+
+# --- OpenHands: parsed; --json streams each action, its tool_call among it ------------------------
+
+OPENHANDS_CALL = re.compile(r'"tool_call": (\{"id": .*?"origin": "[a-z_]+"\})')
+
+
+def openhands_calls(folder: Path) -> list[dict]:
+    calls = []
+    for found in OPENHANDS_CALL.findall(_read(folder / "stdout.txt")):
+        try:
+            call = json.loads(found)
+        except json.JSONDecodeError:
+            continue
+        calls.append({"name": call.get("name"), "arguments": _args(call.get("arguments"))})
+    return calls
+
+
+# --- gptme: parsed; it prints the call ("@get_weather(call_1): {...}") and that it cannot run it ---
+
+GPTME_CALL = re.compile(r"@get_weather\([^)]*\):\s*(\{.*?\})", re.S)
+
+
+def gptme_calls(folder: Path) -> list[dict]:
+    return [{"name": "get_weather", "arguments": _args(found)} for found in GPTME_CALL.findall(_out(folder))]
+
+
+# --- smolagents: parsed; each step prints the call it read ({"tool": NAME, "arguments": ...}) -------
+# It asks tool_choice "required", which vLLM meets by constraining the call to the tools offered: the
+# tiny model's call is one of smolagents' own (web_search, final_answer), never get_weather.
+
+SMOL_CALL = re.compile(r'\{"tool": "(\w+)", "arguments": "(.*?)"\}')
+
+
+def smol_calls(folder: Path) -> list[dict]:
+    calls = []
+    for name, arguments in SMOL_CALL.findall(_out(folder)):
+        try:
+            parsed = json.loads(arguments)
+        except json.JSONDecodeError:
+            parsed = None
+        calls.append({"name": name, "arguments": parsed if isinstance(parsed, dict) else {}})
+    return calls
+
+
+# --- Gemini CLI (through the LiteLLM proxy): parsed; stream-json has its tool_use events ----------
+
+
+def gemini_calls(folder: Path) -> list[dict]:
+    return _events(folder, "tool_use", "tool_name", "parameters")
+
+
+def no_cost_map_fetch(folder: Path, home: Path, work: Path) -> dict[str, str]:
+    # litellm fetches its model cost map from GitHub at start and retries for ~10 s offline
+    return {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+
+
 SPECS: dict[str, Spec] = {
+    "gemini": Spec(
+        calls=gemini_calls,
+        # the proxy's answer to a key it does not know (it looks it up among virtual keys, with no database)
+        refused=r"No connected db|401|[Aa]uthentication",
+        proof="stream-json: tool_use get_weather (Tool not found), through the LiteLLM proxy",
+        extra=["--output-format", "stream-json"],
+        stop_when=lambda folder: bool(gemini_calls(folder)),
+    ),
+    "smolagents": Spec(
+        calls=smol_calls,
+        refused=r"Error code: 401|missing or wrong API key",
+        proof='output: {"tool": NAME, ...}, Calling tool: NAME (one of its own: it asks tool_choice "required")',
+        stop_when=lambda folder: bool(smol_calls(folder)),
+        own_tools=("web_search", "final_answer"),
+    ),
+    "gptme": Spec(
+        calls=gptme_calls,
+        refused=r"Error code: 401|missing or wrong API key",
+        proof="output: @get_weather(call_1): {...}, not available",
+    ),
+    "openhands": Spec(
+        calls=openhands_calls,
+        refused=r"AuthenticationError|missing or wrong API key",
+        proof="--json events: an action with tool_call get_weather (Tool 'get_weather' not found)",
+        extra=["--json"],
+        prepare=no_cost_map_fetch,
+        stop_when=lambda folder: bool(openhands_calls(folder)),
+    ),
+    "cline": Spec(
+        calls=cline_calls,
+        refused=r"missing or wrong API key",
+        proof="output: [get_weather] {...}, rejected (unavailable tool)",
+        stop_when=lambda folder: bool(cline_calls(folder)),
+        # the file where Cline keeps the key, in plain text, as its docs and podkit's notes say
+        env_snapshots=("home/.cline/data/settings/providers.json",),
+    ),
+    "kilo": Spec(
+        calls=kilo_calls,
+        refused=r"missing or wrong API key",
+        proof="output: ✗ get_weather {...} failed (unavailable tool)",
+        stop_when=lambda folder: bool(kilo_calls(folder)),
+    ),
+    "pi": Spec(
+        calls=pi_calls,
+        refused=r"401 missing or wrong API key",
+        proof="--mode json: tool_execution_start get_weather",
+        extra=["--mode", "json"],
+        prepare=offline_pi,
+        stop_when=lambda folder: bool(pi_calls(folder)),
+    ),
     "codex": Spec(
         calls=codex_calls,
         refused=r"401 Unauthorized|missing or wrong API key",
@@ -228,7 +370,7 @@ SPECS: dict[str, Spec] = {
         refused=r"AuthenticationError",
         proof="trajectory: tool_calls get_weather, Unknown tool",
         extra=["-c", "agent.step_limit=2"],
-        prepare=mini_prepare,
+        prepare=no_cost_map_fetch,
     ),
     "aider": Spec(calls=aider_calls, refused=r"AuthenticationError", proof="no tools sent", prepare=aider_prepare),
     "claude": Spec(

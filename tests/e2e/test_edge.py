@@ -333,3 +333,36 @@ def test_the_tunnel_reaches_the_edge_over_ssh_and_ends_on_ctrl_c(serving):
     assert base in out, out
     assert pod.key() not in out + err
     assert not request_ok(f"http://127.0.0.1:{local}/health"), "the forward outlived the tunnel"
+
+
+def test_the_access_log_keeps_a_refused_and_a_passed_request_without_the_key(serving):
+    """Caddy logs each request to logs/access.log on the volume: method, path (no query), status,
+        size and time, never a header or the key; status says what was refused and why (verify too:
+    tests/e2e/test_verify.py)."""
+    pod = serving
+    edge, _ = ports(pod)
+    key = pod.key()
+    log = pod.podkit / "logs" / "access.log"
+    before = log.read_text() if log.exists() else ""
+    assert request(f"http://127.0.0.1:{edge}/v1/models?key={key}", key="sk-wrong-key-0123456789")[0] == 401
+    assert request(f"http://127.0.0.1:{edge}/v1/models", headers={"X-Api-Key": key})[0] == 200
+    assert request(f"http://127.0.0.1:{edge}/v1beta/models/tiny-coder:streamGenerateContent", key=key)[0] == 404
+    deadline = time.monotonic() + 10
+    while log.read_text().count("\n") < before.count("\n") + 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    text = log.read_text()
+    entries = [json.loads(line) for line in text[len(before) :].splitlines()]
+    seen = [(e["request"]["method"], e["request"]["uri"], e["status"]) for e in entries]
+    assert seen == [
+        ("GET", "/v1/models", 401),
+        ("GET", "/v1/models", 200),
+        ("GET", "/v1beta/models/tiny-coder:streamGenerateContent", 404),
+    ], seen
+    assert all({"size", "duration", "ts"} <= set(e) for e in entries)
+    assert key not in text and "sk-wrong-key" not in text and "Authorization" not in text and "X-Api-Key" not in text
+    assert oct(log.stat().st_mode & 0o777) == "0o600"
+    status = pod.cli("status", "inventories/sandbox.py", "--json")
+    assert status.returncode == 0, status.stderr[-2000:]
+    row = json.loads(status.stdout)["sandbox"]
+    assert "401 GET /v1/models (missing or wrong API key)" in row["refused"], row["refused"]
+    assert "LiteLLM bridge" in row["refused"]

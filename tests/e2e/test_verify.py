@@ -47,6 +47,9 @@ def test_the_tool_call_is_parsed_with_hermes_and_the_clean_host_passes_the_key_c
     assert messages["detail"] == f"x-api-key accepted, stop_reason tool_use, tool_use {called}", messages
     assert found["key not in argv"]["detail"].startswith("in no process's argv (")
     assert found["key not in log"]["detail"].startswith("not in vllm.log")
+    assert "access.log" in found["key not in log"]["detail"]  # the edge's access log is searched too
+    # what the edge refused lately (verify's own keyless request among it), said and never failed
+    assert found["edge refusals"]["ok"] and "access.log" in found["edge refusals"]["detail"]
     assert found["key not in scripts"]["detail"].startswith(
         "not in Caddyfile, edge.sh, env.sh, launch.sh, supervisord.conf, edge ("
     ), found["key not in scripts"]["detail"]

@@ -26,7 +26,24 @@ from tests.helpers import bash_env as evaluated
 from tests.helpers import parse_config as parse
 
 SENTINEL = "sentinel-" + "5f0c" * 8  # the key: never in a rendered file, argv or note
-NEW = ["codex", "opencode", "continue", "aider", "qwen", "goose", "mini-swe-agent", "claude"]
+NEW = [
+    "codex",
+    "opencode",
+    "continue",
+    "aider",
+    "qwen",
+    "goose",
+    "mini-swe-agent",
+    "claude",
+    "pi",
+    "kilo",
+    "openhands",
+    "gptme",
+    "smolagents",
+    "open-webui",
+    "litellm",
+    "gemini",
+]
 
 
 def settings(tmp_path: Path, model="coder", url="http://127.0.0.1:18000/v1", context=65536, ca=False, host="box"):
@@ -57,6 +74,7 @@ def values(cs: ClientSettings) -> dict:
         "output_text": str(output_limit(context)),
         "context_text": str(context),
         "key": SENTINEL,
+        "budget": str(context - output_limit(context)),
     }
 
 
@@ -136,6 +154,76 @@ FACTS = {
         ("env", "ANTHROPIC_DEFAULT_HAIKU_MODEL", "$model"),
         ("env", "ANTHROPIC_SMALL_FAST_MODEL", "$model"),
         ("env", "CLAUDE_CODE_MAX_OUTPUT_TOKENS", "$output_text"),
+        ("env", "CLAUDE_CODE_MAX_CONTEXT_TOKENS", "$context_text"),
+    ],
+    "pi": [
+        (0, ("providers", "podkit", "baseUrl"), "$url"),
+        (0, ("providers", "podkit", "api"), "openai-completions"),
+        (0, ("providers", "podkit", "apiKey"), "PODKIT_API_KEY"),
+        (0, ("providers", "podkit", "compat"), {"supportsDeveloperRole": False, "supportsReasoningEffort": False}),
+        (0, ("providers", "podkit", "models", 0, "id"), "$model"),
+        (0, ("providers", "podkit", "models", 0, "contextWindow"), "$context"),
+        (0, ("providers", "podkit", "models", 0, "maxTokens"), "$output"),
+        ("env", "PODKIT_API_KEY", "$key"),
+        ("args", ["--provider", "podkit", "--model", "$model"]),
+    ],
+    "kilo": [
+        (0, ("provider", "podkit", "options", "baseURL"), "$url"),
+        (0, ("provider", "podkit", "options", "apiKey"), "{env:PODKIT_API_KEY}"),
+        (0, ("provider", "podkit", "models", "$model", "limit", "context"), "$context"),
+        (0, ("provider", "podkit", "models", "$model", "limit", "output"), "$output"),
+        (0, ("model",), "$chosen"),
+        ("env", "PODKIT_API_KEY", "$key"),
+    ],
+    "openhands": [
+        ("env", "LLM_MODEL", "$litellm"),
+        ("env", "LLM_BASE_URL", "$url"),
+        ("env", "LLM_API_KEY", "$key"),
+        ("args", ["--override-with-envs"]),
+    ],
+    "gptme": [
+        ("env", "OPENAI_BASE_URL", "$url"),
+        ("env", "OPENAI_API_KEY", "$key"),
+        ("args", ["-m", "local/$model", "--tool-format", "tool", "--context-budget", "$budget"]),
+    ],
+    "smolagents": [
+        ("env", "OPENAI_API_KEY", "$key"),
+        (
+            "args",
+            [
+                "--model-type",
+                "OpenAIModel",
+                "--model-id",
+                "$model",
+                "--api-base",
+                "$url",
+                "--action-type",
+                "tool_calling",
+            ],
+        ),
+    ],
+    "open-webui": [
+        ("env", "OPENAI_API_BASE_URL", "$url"),
+        ("env", "OPENAI_API_KEY", "$key"),
+        ("env", "ENABLE_PERSISTENT_CONFIG", "False"),
+        ("env", "ENABLE_OLLAMA_API", "False"),
+    ],
+    "litellm": [
+        (0, ("model_list", 0, "model_name"), "$model"),
+        (0, ("model_list", 0, "litellm_params", "model"), "$litellm"),
+        (0, ("model_list", 0, "litellm_params", "api_base"), "$url"),
+        (0, ("model_list", 0, "litellm_params", "api_key"), "os.environ/PODKIT_API_KEY"),
+        (0, ("model_list", 0, "litellm_params", "max_tokens"), "$output"),
+        (0, ("model_list", 0, "model_info", "max_input_tokens"), "$context"),
+        (0, ("model_list", 0, "model_info", "max_output_tokens"), "$output"),
+        (0, ("general_settings", "master_key"), "os.environ/PODKIT_API_KEY"),
+        ("env", "PODKIT_API_KEY", "$key"),
+    ],
+    "gemini": [
+        (0, ("security", "auth", "selectedType"), "gemini-api-key"),
+        (0, ("privacy", "usageStatisticsEnabled"), False),
+        ("env", "GOOGLE_GEMINI_BASE_URL", "http://127.0.0.1:4000"),
+        ("env", "GEMINI_API_KEY", "$key"),
     ],
 }
 
@@ -146,6 +234,9 @@ def expand(value, v: dict):
     if isinstance(value, str) and "=$" in value:
         head, name = value.split("=$", 1)
         return f"{head}={v[name]}"
+    if isinstance(value, str) and "/$" in value:
+        head, name = value.split("/$", 1)
+        return f"{head}/{v[name]}"
     if isinstance(value, list):
         return [expand(item, v) for item in value]
     return value

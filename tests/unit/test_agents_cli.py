@@ -185,7 +185,7 @@ def test_json_is_one_setup_per_host(name, tmp_path):
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     assert [(row["host"], row["agent"]) for row in rows] == [("box", name), ("pod", name)]
-    assert all(set(row) == {"host", "agent", "files", "env", "args", "run", "notes"} for row in rows)
+    assert all(set(row) == {"host", "agent", "files", "env", "args", "run", "notes", "once"} for row in rows)
     assert KEY not in result.output
     for row in rows:
         for file in row["files"]:

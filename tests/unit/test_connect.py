@@ -25,6 +25,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from podkit.client.agents import agent
+from podkit.client.agents.printout import printout
 from podkit.client.connect import (
     HERMES_MIN_CONTEXT,
     ClientSettings,
@@ -32,9 +34,7 @@ from podkit.client.connect import (
     env_snippet,
     hermes_yaml,
     llm_yaml,
-    notes,
     openai_snippet,
-    render,
     ssh_forward_argv,
     summary,
     through_tunnel,
@@ -162,14 +162,14 @@ def test_hermes_gets_a_valid_config_with_the_key_as_a_variable(case, tmp_path):
 
 def test_hermes_is_warned_below_its_minimum_context(case, tmp_path):
     cs = settings_for(case, tmp_path)
-    hermes = [line for line in warnings(cs, "hermes") if HERMES_WARNING in line]
+    hermes = [line for line in agent("hermes").render(cs).warnings if HERMES_WARNING in line]
     assert bool(hermes) == case["hermes_warning"]
     if hermes:
         assert hermes == [
             f"box: Hermes Agent needs at least 64,000 tokens of context but the server has {case['context']:,}: "
             "set vllm_max_model_len = 65536 and re-apply"
         ]
-    assert not [line for line in warnings(cs, "llm") if HERMES_WARNING in line]
+    assert not [line for line in agent("llm").render(cs).warnings if HERMES_WARNING in line]
 
 
 def test_the_runpod_proxy_note_is_a_warning_and_in_the_summary(case, tmp_path):
@@ -275,19 +275,23 @@ def test_hermes_needs_a_known_context(tmp_path):
 
 
 def test_every_client_but_llm_takes_one_host(tmp_path):
-    two = [settings_for(CASES[0], tmp_path), settings_for(CASES[1], tmp_path)]
+    two = [(settings_for(CASES[0], tmp_path), None), (settings_for(CASES[1], tmp_path), None)]
     for client in ("env", "hermes", "openai"):
         with pytest.raises(ConnectError, match=f"--for {client} writes one host's settings but 2 are selected"):
-            render(client, two)
-    assert len(yaml.safe_load(render("llm", two))) == 2
+            printout(client, two)
+    assert len(yaml.safe_load(printout("llm", two).stdout)) == 2
 
 
 def test_notes_tell_each_client_where_the_key_and_the_ca_are(tmp_path):
     cs = settings_for(CASES[0], tmp_path)
-    assert any("llm keys set podkit --value" in line for line in notes(cs, "llm"))
-    assert any("export PODKIT_API_KEY=" in line for line in notes(cs, "hermes"))
-    assert any(f"SSL_CERT_FILE={cs.ca_file}" in line for line in notes(cs, "hermes"))
-    assert not any(KEY in line for client in ("env", "hermes", "llm", "openai") for line in notes(cs, client))
+
+    def stderr(client):
+        return printout(client, [(cs, None)]).stderr
+
+    assert any("llm keys set podkit --value" in line for line in stderr("llm"))
+    assert any("export PODKIT_API_KEY=" in line for line in stderr("hermes"))
+    assert any(f"SSL_CERT_FILE={cs.ca_file}" in line for line in stderr("hermes"))
+    assert not any(KEY in line for client in ("env", "hermes", "llm", "openai") for line in stderr(client))
 
 
 # --- through a tunnel ------------------------------------------------------------------------

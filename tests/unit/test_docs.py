@@ -146,3 +146,31 @@ def test_the_refusals_page_quotes_what_the_settings_say(datum, quoted):
     with pytest.raises(SettingsError) as refused:
         Settings.from_mapping({**defaults(), **datum})
     assert quoted in str(refused.value)
+
+
+def test_the_pages_that_hold_generated_text_hold_what_the_code_says_now():
+    """docs/agents.md reads whole in the repository: its generated block is what the registry
+    writes now (python docs/hooks.py --write puts it back)."""
+    for name in hooks.HELD:
+        text = (DOCS / name).read_text()
+        assert hooks.BLOCK.search(text), name
+        assert hooks.fill(text, name) == text, f"docs/{name} is stale: run .venv/bin/python docs/hooks.py --write"
+
+
+def test_each_agents_section_installs_the_version_the_e2e_layer_runs():
+    from podkit.client.agents import AGENTS
+    from tests.e2e.agent_installs import AGENTS as PINNED
+    from tests.e2e.agent_installs import CLIENTS
+
+    pins = {**PINNED, **CLIENTS, "openai": CLIENTS["agents"]}
+    untested = {"env", "open-webui"}  # no program; too heavy for the suite (one manual run: docs/agents.md)
+    for name, entry in AGENTS.items():
+        if name in untested:
+            continue
+        pin = pins[name]
+        said = entry.install.replace("'", "")
+        assert f"{pin.package}@{pin.version}" in said or f"{pin.package}=={pin.version}" in said, (name, said, pin)
+    text = (DOCS / "agents.md").read_text()
+    for name, entry in AGENTS.items():
+        if entry.install:
+            assert f"Install: `{entry.install}`" in text, name

@@ -300,7 +300,8 @@ def test_describe_config_names_every_log_script_and_caddys_folder():
 
     paths = SETTINGS.paths
     cfg = describe_config(SETTINGS, leaks=True)
-    assert cfg["logs"] == [paths.log_file, paths.edge_log, paths.supervisord_log]
+    assert cfg["logs"] == [paths.log_file, paths.edge_log, paths.supervisord_log, paths.access_log]
+    assert cfg["access_log"] == paths.access_log
     assert cfg["folders"] == [paths.edge_data] and cfg["routes"] is True and cfg["leaks"] is True
     assert set(cfg["scripts"]) == {
         paths.launch_script,

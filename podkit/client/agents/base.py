@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from podkit.client.connect import ClientSettings, ConnectError, comment_text, output_limit
+from podkit.client.connect import ClientSettings, ConnectError, comment_text, output_limit, warnings
 
 #: What the agents' files call the key: exported once, referenced everywhere else.
 KEY_VAR = "PODKIT_API_KEY"
@@ -47,6 +48,14 @@ class Setup:
     args: tuple[str, ...] = ()
     run: str = ""
     notes: tuple[str, ...] = ()
+    #: what may stop the agent working with this host, one line each (stderr, and the JSON's notes)
+    warnings: tuple[str, ...] = ()
+    #: commands to run once, after the exports and before ``run`` (an agent that keeps its
+    #: settings only where its own command writes them)
+    once: tuple[str, ...] = ()
+    #: what stdout shows when neither a file nor the exports are picked; "" is the first file, else
+    #: the exports (:meth:`script`)
+    text: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -56,7 +65,8 @@ class Setup:
             "env": self.standalone_env(),
             "args": list(self.args),
             "run": self.run,
-            "notes": list(self.notes),
+            "notes": list(self.notes) + list(self.warnings),
+            "once": list(self.once),
         }
 
     def standalone_env(self) -> dict[str, str]:
@@ -92,13 +102,49 @@ class Agent:
     summary: str
     render: Callable[[ClientSettings], Setup]
     needs_context: bool = True
-    multi_host: bool = False
+    #: one file for every selected host (llm's list of models): renders them all at once
+    render_all: Callable[[list[ClientSettings]], Setup] | None = None
     short: str = ""
+    #: what ``--show-key`` changes, where the agent takes the key itself (else a note says it does not)
+    with_key: Callable[[ClientSettings, Setup, str], Setup] | None = None
+    #: it does not read ``OPENAI_BASE_URL``: ``--for env`` alone would aim the key at its vendor
+    ignores_base_url: bool = False
+
+    @property
+    def multi_host(self) -> bool:
+        return self.render_all is not None
 
     @property
     def called(self) -> str:
         """What a message calls it ("Hermes", "Codex")."""
         return self.short or self.title
+
+
+def unsafe_character(name: str) -> str | None:
+    """The first character of ``name`` that no profile can hold as written (a control, a line or
+    paragraph separator, a bidi or other format character, an unassigned code point), named."""
+    for ch in name:
+        if not ch.isprintable():
+            label = unicodedata.name(ch, "") or {"\t": "TAB", "\n": "LINE FEED", "\r": "CARRIAGE RETURN"}.get(ch, "")
+            return f"U+{ord(ch):04X}" + (f" {label}" if label else "")
+    return None
+
+
+def check_name(cs: ClientSettings) -> None:
+    """Refuse a served model name that an agent's file or a terminal would change or hide."""
+    found = unsafe_character(cs.model) if cs.model else "nothing (the name is empty)"
+    if found:
+        raise ConnectError(
+            f"{cs.host}: the served model name {ascii(cs.model)} holds {found}, which no agent's profile can "
+            "hold as written: set vllm_served_model_name to a name of printable characters and re-apply"
+        )
+
+
+def setup_for(chosen: Agent, cs: ClientSettings) -> Setup:
+    """``chosen``'s setup for ``cs``, its name checked, the host's warnings first."""
+    check_name(cs)
+    setup = chosen.render(cs)
+    return replace(setup, warnings=tuple(warnings(cs)) + setup.warnings)
 
 
 def key_env(cs: ClientSettings) -> dict[str, str]:
@@ -190,7 +236,8 @@ def where(path: str) -> str:
 
 def guide(setup: Setup, shown: File | None) -> list[str]:
     """The comment lines that go to stderr beside ``shown`` (the file on stdout; None when the
-    exports are): where it goes, the agent's other files, the variables and the command to run."""
+    exports are): where it goes, the agent's other files, the variables, the commands to run once
+    and the command to run."""
     lines = []
     if shown is not None:
         lines.append(f"# {setup.agent}: write this to {where(shown.path)}")
@@ -202,6 +249,7 @@ def guide(setup: Setup, shown: File | None) -> list[str]:
         if setup.env:
             lines.append("# then, in the shell that runs it (or eval the same command with --exports):")
             lines += [f"#   export {name}={value}" for name, value in setup.env.items()]
+    lines += [f"# once: {line}" for line in setup.once]
     if setup.run:
         lines.append(f"# run: {setup.run}")
     lines += [f"# note: {note}" for note in setup.notes]

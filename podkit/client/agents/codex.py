@@ -54,5 +54,6 @@ AGENT = Agent(
     install="npm i -g @openai/codex@0.171.0",
     summary="Codex CLI's ~/.codex/config.toml (a Responses API provider)",
     render=render,
+    ignores_base_url=True,
     short="Codex",
 )

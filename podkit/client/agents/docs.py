@@ -38,7 +38,13 @@ runs it. Every agent gets the served model name, the context and an output limit
 context, at most 8192 tokens) wherever it reads them. `--file PATH` prints another of an agent's
 files, `--exports` its variables, and `--json` each host's whole setup (files, env, args, run,
 notes) for scripts. Through a tunnel, [`podkit tunnel --for AGENT`](commands/tunnel.md) prints the
-same for the local address.
+same for the local address. A served model name that no profile can hold as written (a control,
+line separator or bidi character) is refused in one line, never changed.
+
+An agent that speaks an API vLLM does not serve (Gemini CLI speaks only the Gemini API) goes through
+the LiteLLM proxy `--for litellm` configures: it runs on your machine, on loopback, in front of the
+endpoint, never on the host. Start it before `--for gemini`. Every other agent here talks to the
+endpoint directly (vLLM serves the OpenAI API and Anthropic's Messages).
 """
 
 
@@ -60,6 +66,7 @@ def commands(agent: Agent, setup: Setup) -> list[str]:
             lines.append(f'eval "$({_podkit(agent.name, "--exports")})"')
         else:
             lines.append(f'eval "$({_podkit(agent.name)})"')
+    lines += list(setup.once)
     if setup.run:
         lines.append(setup.run)
     return lines
@@ -70,7 +77,7 @@ def section(agent: Agent) -> str:
     setup = agent.render(EXAMPLE)
     parts = [f"## {agent.title} (`--for {agent.name}`)", ""]
     if agent.install:
-        parts += [f"Install: `{agent.install}`", ""]
+        parts += [f"Install: `{agent.install}` (the version podkit's end-to-end tests run)", ""]
     parts += ["```sh", *commands(agent, setup), "```", ""]
     gets = f"It gets {agent.summary}"
     if setup.env:

@@ -41,4 +41,5 @@ AGENT = Agent(
     install="npm i -g @aaif/goose@0.20.1",
     summary="goose's variables (GOOSE_PROVIDER=openai, GOOSE_MODEL, GOOSE_CONTEXT_LIMIT)",
     render=render,
+    ignores_base_url=True,
 )

@@ -16,8 +16,8 @@ PROVIDER = "podkit"
 PATH = "~/.config/opencode/opencode.json"
 
 
-def render(cs: ClientSettings) -> Setup:
-    context, output = limits(cs, "opencode")
+def render(cs: ClientSettings, called: str = "opencode") -> Setup:
+    context, output = limits(cs, called)
     chosen = f"{PROVIDER}/{cs.model}"
     config = {
         "$schema": "https://opencode.ai/config.json",

@@ -24,7 +24,7 @@ def render(cs: ClientSettings) -> Setup:
         args=ARGS,
         run=command("qwen", *ARGS, PROMPT),
         notes=(
-            "Qwen Code 0.24 needs node 22 or newer (0.15 runs on node 20)",
+            "Qwen Code 0.15.10 is the newest that runs on node 20; 0.24 needs node 22 or newer",
             "Qwen Code's environment sets no output limit: the server bounds each answer by the context",
         ),
     )
@@ -33,7 +33,7 @@ def render(cs: ClientSettings) -> Setup:
 AGENT = Agent(
     name="qwen",
     title="Qwen Code",
-    install="npm i -g @qwen-code/qwen-code@0.24.4",
+    install="npm i -g @qwen-code/qwen-code@0.15.10",
     summary="Qwen Code's variables (OPENAI_MODEL) and --auth-type openai",
     render=render,
 )

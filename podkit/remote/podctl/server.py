@@ -170,9 +170,59 @@ def lines_with(needle, path, most=5):
 
 
 def rotated(log_file):
-    """A log and the copies supervisord rotated it into (``LOG.1`` ... ``LOG.N``)."""
+    """A log and the copies supervisord rotated it into (``LOG.1`` ... ``LOG.N``), or Caddy
+    (``NAME-<time>.EXT``)."""
     copies = [p for p in glob.glob(glob.escape(log_file) + ".*") if p.rsplit(".", 1)[1].isdigit()]
-    return [log_file] + sorted(copies, key=lambda p: int(p.rsplit(".", 1)[1]))
+    stem, ext = os.path.splitext(log_file)
+    rolled = sorted(glob.glob(glob.escape(stem) + "-*" + glob.escape(ext))) if ext else []
+    return [log_file] + sorted(copies, key=lambda p: int(p.rsplit(".", 1)[1])) + rolled
+
+
+#: How much of the edge's access log the refusals are read from (its end), and how many are listed.
+ACCESS_TAIL_BYTES = 512 * 1024
+REFUSED_LISTED = 20
+
+
+def refused_requests(path):
+    """The requests the edge answered 4xx, from the end of its access log (Caddy's JSON lines, which
+    podkit's Caddyfile keeps to method, path, status, size and time): {"file", "read", "counts":
+    {"STATUS METHOD PATH": n}, "last": [{"at", "method", "path", "status", "size", "seconds"}]},
+    or None when there is no log yet."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - ACCESS_TAIL_BYTES))
+            tail = handle.read().decode("utf-8", "replace").splitlines()
+    except (OSError, TypeError):
+        return None
+    if size > ACCESS_TAIL_BYTES:
+        tail = tail[1:]  # the first line read may be cut
+    counts, last, read = {}, [], 0
+    for line in tail:
+        try:
+            entry = json.loads(line)
+            request = entry.get("request") or {}
+            status = int(entry.get("status") or 0)
+        except (ValueError, AttributeError, TypeError):
+            continue
+        read += 1
+        if not 400 <= status < 500:
+            continue
+        method, where = str(request.get("method") or "?"), str(request.get("uri") or "?").split("?", 1)[0]
+        key = "%d %s %s" % (status, method, where)
+        counts[key] = counts.get(key, 0) + 1
+        last.append(
+            {
+                "at": entry.get("ts"),
+                "method": method,
+                "path": where,
+                "status": status,
+                "size": entry.get("size"),
+                "seconds": entry.get("duration"),
+            }
+        )
+    return {"file": path, "read": read, "counts": counts, "last": last[-REFUSED_LISTED:]}
 
 
 def key_leaks(cfg):

@@ -47,6 +47,7 @@ from podkit.remote.podctl.server import (
     openapi_routes,
     port_listening,
     record_start,
+    refused_requests,
     router_workers,
     serve_args,
     start_lines,
@@ -219,6 +220,8 @@ def describe(cfg):
         "router": router_workers(cfg) if cfg.get("replicas_file") else None,
         # what the idle watcher is told to stop, and its proof that a pod can stop itself
         "idle": idle_promise(cfg),
+        # what the edge refused lately (its access log: method, path, status, size, time)
+        "refused": refused_requests(cfg["access_log"]) if cfg.get("access_log") else None,
     }
 
 
@@ -271,6 +274,7 @@ def status(cfg):
         "startup": startup_lines(cfg.get("log_file"), cfg.get("startup_needles") or []),
         "starts": last_lines_json(cfg.get("starts_file"), 2),
         "startup_plans": startup_plans(cfg.get("startup_plans")),
+        "refused": refused_requests(cfg["access_log"]) if cfg.get("access_log") else None,
         **supervision(cfg, runner),
     }
 
