@@ -12,7 +12,7 @@ from podkit.client.agents.base import guide
 from podkit.client.connect import CLIENTS, LLM_KEY_NAME, ClientSettings, ConnectError, notes, render, summary, warnings
 from podkit.text import clean
 
-from .hosts import Target, load_targets
+from .hosts import Host, Target, load_targets
 from .output import dumps, host_option
 
 
@@ -22,7 +22,7 @@ class BadInput(click.ClickException):
     exit_code = 2
 
 
-def context_of(target: Target) -> tuple[int | None, str | None]:
+def context_of(target: Target[Host]) -> tuple[int | None, str | None]:
     """The host's context length: the setting, or for "auto" the running server's
     ``--max-model-len`` (one command over SSH); else None and why, in one line."""
     setting = target.settings.max_model_len
@@ -42,7 +42,7 @@ def context_of(target: Target) -> tuple[int | None, str | None]:
     )
 
 
-def client_settings(targets: list[Target]) -> list[tuple[ClientSettings, str | None]]:
+def client_settings(targets: list[Target[Host]]) -> list[tuple[ClientSettings, str | None]]:
     """Each target's :class:`ClientSettings`, with why its context length is unknown (else None).
     Hosts whose context is "auto" are read over SSH in parallel."""
     from podkit.client.targets import each_host

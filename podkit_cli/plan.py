@@ -118,7 +118,8 @@ def plan(
         if gpu_name or gpu_memory_gib:
             raise click.BadParameter("--measure reads the host's own GPUs: leave out --gpu and --gpu-memory-gib")
 
-        given = click.get_current_context().get_parameter_source("max_model_len").name != "DEFAULT"
+        source = click.get_current_context().get_parameter_source("max_model_len")
+        given = source is not None and source.name != "DEFAULT"
         overrides = {"vllm_max_model_len": max_model_len} if given else {}
         run_measure(inventory, host_names, model, overrides, stop_server, as_json)
     if host_names or stop_server:
