@@ -10,6 +10,7 @@ from podkit import project_path
 from podkit.client.agents import AGENTS, File, Setup, setups
 from podkit.client.agents.base import guide
 from podkit.client.connect import CLIENTS, LLM_KEY_NAME, ClientSettings, ConnectError, notes, render, summary, warnings
+from podkit.settings import FLAGS
 from podkit.text import clean
 
 from .hosts import Host, Target, load_targets
@@ -31,7 +32,7 @@ def context_of(target: Target[Host]) -> tuple[int | None, str | None]:
     from podkit.client.serverinfo import describe
 
     info = describe(target.name, target.settings, target.run)
-    flag = info.flag("--max-model-len")
+    flag = info.flag(FLAGS["max_model_len"])
     if flag and flag.isdigit():
         return int(flag), None
     why = info.error or "its command line has no --max-model-len"

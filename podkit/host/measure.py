@@ -24,6 +24,7 @@ from typing import Any
 
 from podkit.host.startup import STARTUP_NEEDLES, calibration_record, compare, parse_startup, plan_record, row_text
 from podkit.plan.checkpointfiles import METADATA_PATTERNS
+from podkit.settings import FLAGS
 
 _HEREDOC = "PODKIT_MEASURE_EOF"
 
@@ -41,7 +42,7 @@ def measure_argv(serve: list[str]) -> list[str]:
     and ``--load-format dummy`` last, so it wins over any load format the flags name."""
     argv = list(serve)
     argv[2] = "{model}"
-    argv[argv.index("--port") + 1] = "{port}"
+    argv[argv.index(FLAGS["port"]) + 1] = "{port}"
     return argv + ["--load-format", "dummy"]
 
 

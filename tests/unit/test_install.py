@@ -74,7 +74,11 @@ fi
     [
         ("new", ["vllm download-kernels --help", "vllm download-kernels"], ""),
         ("old", ["vllm download-kernels --help"], ""),  # a build without the subcommand is not refused for it
-        ("unreachable", ["vllm download-kernels --help", "vllm download-kernels"], "vllm download-kernels failed (see "),
+        (
+            "unreachable",
+            ["vllm download-kernels --help", "vllm download-kernels"],
+            "vllm download-kernels failed (see ",
+        ),
     ],
 )
 def test_a_gpu_install_downloads_flashinfers_kernels_where_vllm_can(tmp_path, kind, calls, said):
