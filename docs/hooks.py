@@ -10,6 +10,7 @@ Markers (one registry, ``GENERATORS``):
     <!-- podkit:agents -->            one section per agent ``--for`` takes (podkit.client.agents.docs)
     <!-- podkit:plan-accuracy model -->  the plan's accuracy per kind over the reference cases
                                       (podkit.plan.reference; ``attention``: per attention kind)
+    <!-- podkit:refusal unknown-key -->  a refusal in the real check's words (podkit_cli.refusals)
     <!-- podkit:steps server -->      the deploy's steps for a role, from each step's docstring in
                                       roles/<role>.py (``N. Title: what``, ``Converged: ...``); a
                                       server's titles link to their sections, ``### N. Title``
@@ -134,6 +135,12 @@ def _steps(role: str = "server") -> str:
     return "\n".join(rows) + "\n"
 
 
+def _refusal(name: str) -> str:
+    from podkit_cli.refusals import quote
+
+    return quote(name)
+
+
 GENERATORS: dict[str, Callable[..., str]] = {
     "settings": _settings,
     "exit-codes": _exit_codes,
@@ -142,6 +149,7 @@ GENERATORS: dict[str, Callable[..., str]] = {
     "agents": _agents,
     "plan-accuracy": _plan_accuracy,
     "steps": _steps,
+    "refusal": _refusal,
 }
 
 

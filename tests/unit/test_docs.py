@@ -142,7 +142,7 @@ def test_the_refusals_page_quotes_what_the_settings_say(datum, quoted):
     from podkit.checks import SettingsError
     from podkit.settings import Settings, defaults
 
-    assert quoted in " ".join((DOCS / "refusals.md").read_text().split()), "the page does not quote it"
+    assert quoted in " ".join(page("refusals.md").split()), "the page does not quote it"
     with pytest.raises(SettingsError) as refused:
         Settings.from_mapping({**defaults(), **datum})
     assert quoted in str(refused.value)
@@ -184,3 +184,15 @@ def test_how_it_works_tells_each_step_in_its_section_and_every_one_of_them():
     # rollback, the measured plan, the self-stop's proof
     assert {"check_launch", "measure", "self_stop"} <= set(steps)
     assert "kept" in steps["check_launch"]["what"] and "random weights" in steps["measure"]["what"]
+
+
+def test_every_refusal_the_page_quotes_is_said_by_its_check_and_quoted():
+    from podkit_cli.refusals import REFUSALS, quote
+
+    raw = (DOCS / "refusals.md").read_text()
+    for name in REFUSALS:
+        assert f"<!-- podkit:refusal {name} -->" in raw, f"{name} is not on the page"
+        said = quote(name)
+        assert said.startswith("`") and len(said) <= 310 and "\n" not in said
+    with pytest.raises(KeyError, match="no refusal 'nope'; known: api-key-arg"):
+        quote("nope")
