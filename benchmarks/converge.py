@@ -65,10 +65,9 @@ def host_cpu(box: Sandbox) -> float:
 
 
 def profiled_apply(box: Sandbox, *args: str, tree: Path = ROOT) -> dict:
-    """One apply run by benchmarks/phases.py: its phases, the process's CPU, the host's, the wall time.
-    Python keeps the bytecode of what pyinfra imports, as under scripts/test.sh (which unsets
-    PYTHONDONTWRITEBYTECODE) and for a user whose pip compiled the packages it installed."""
-    env = {name: value for name, value in box.env().items() if name != "PYTHONDONTWRITEBYTECODE"}
+    """One apply run by benchmarks/phases.py: its phases, the process's CPU, the host's, the wall time,
+    in this environment (PYTHONDONTWRITEBYTECODE as it is: scripts/test.sh unsets it)."""
+    env = box.env()
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         sessions, cpu, host, start = len(box.sshd.sessions()), children_cpu(), host_cpu(box), time.monotonic()
         proc = subprocess.run(
@@ -103,7 +102,9 @@ def profile(box: Sandbox, runs: int, change: bool = True, tree: Path = ROOT) -> 
     if first.rc != 0:
         print(first.stderr[-3000:], file=sys.stderr)
         raise SystemExit("the first apply failed")
-    profiled_apply(box, tree=tree)  # Python writes the bytecode it reads from then on
+    profiled_apply(box, tree=tree)  # where Python keeps bytecode, it writes what it reads from then on
+    kept = "not kept (PYTHONDONTWRITEBYTECODE)" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "kept"
+    print(f"{tree}: bytecode of what it imports {kept} unless already compiled")
     applied = [profiled_apply(box, tree=tree) for _ in range(runs)]
     names = list(dict.fromkeys(name for run in applied for name in run["phases"]))
     print(f"the converged re-apply, CPU-seconds by phase (median of {runs}):")
