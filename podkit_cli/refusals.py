@@ -143,6 +143,16 @@ def _key_variable() -> str:
     raise AssertionError("a short PODKIT_API_KEY was not refused")
 
 
+def _router_in_its_group() -> str:
+    from podkit.host.router import replicas_of, self_problems
+    from podkit.wayin import way_in
+
+    router = _settings(podkit_role="router", podkit_router_group="fleet")
+    gateway = {**defaults(), "ssh_hostname": "10.0.0.5"}
+    replicas = replicas_of(router, [("gw", gateway), ("b", {**defaults(), "ssh_hostname": "10.0.0.6"})])
+    return self_problems("gw", way_in("gw", gateway), "fleet", replicas)[0]
+
+
 #: Every refusal the docs quote, by the name its marker gives.
 REFUSALS: dict[str, Callable[[], str]] = {
     "unknown-key": lambda: _refused(vllm_max_model_length=65536),
@@ -169,6 +179,7 @@ REFUSALS: dict[str, Callable[[], str]] = {
     "key-variable": _key_variable,
     "port-taken": _port_taken,
     "deploy-lock": _deploy_lock,
+    "router-in-its-group": _router_in_its_group,
 }
 
 
