@@ -4,12 +4,11 @@
     pyinfra -y inventories/mine.py deploy.py         # your own hosts (an inventory you write)
 
 Each host takes its role's path. A server (every host but a router) reads top to bottom in the
-order it converges (``roles/server.py``): read the host (one remote command), plan and preflight,
-the volume, vLLM (with Caddy and supervisord), caches, key, checkpoint, launch script, the edge,
-the idle watcher, what supervises them (supervisord, or systemd units), readiness. A router host
-(``podkit_role = "router"``, ``roles/router.py``) reads itself and checks its replicas with the
-servers' first steps, and converges after every server of the run is ready. On a converged host
-every operation reports "No changes" and the run costs one remote command.
+order it converges (``roles/server.py``: each step numbered and told in its docstring, from reading
+the host in one remote command to readiness; docs/how-it-works.md's table is made from them). A
+router host (``podkit_role = "router"``, ``roles/router.py``) reads itself and checks its replicas
+with the servers' first steps, and converges after every server of the run is ready. On a
+converged host every operation reports "No changes" and the run costs one remote command.
 
 Everything runs as the SSH user. A non-root user needs sudo for two things only:
 making the volume root theirs when it is missing or root's, and, with

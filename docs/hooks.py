@@ -10,6 +10,10 @@ Markers (one registry, ``GENERATORS``):
     <!-- podkit:agents -->            one section per agent ``--for`` takes (podkit.client.agents.docs)
     <!-- podkit:plan-accuracy model -->  the plan's accuracy per kind over the reference cases
                                       (podkit.plan.reference; ``attention``: per attention kind)
+    <!-- podkit:refusal unknown-key -->  a refusal in the real check's words (podkit_cli.refusals)
+    <!-- podkit:steps server -->      the deploy's steps for a role, from each step's docstring in
+                                      roles/<role>.py (``N. Title: what``, ``Converged: ...``); a
+                                      server's titles link to their sections, ``### N. Title``
 
 A marker this file does not know fails the build (mkdocs build --strict runs in scripts/test.sh).
 ``tests/unit/test_docs.py`` runs the same expansion on every page.
@@ -22,6 +26,7 @@ shows the text generated now; ``python docs/hooks.py --write`` writes it into th
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -90,6 +95,61 @@ def _plan_accuracy(by: str = "model") -> str:
     return accuracy_table(load_cases(FIXTURES / "kv_reference_cases.json", FIXTURES / "calibration"), by)
 
 
+ROOT = Path(__file__).resolve().parent.parent
+#: A step's docstring opens with its number and title: ``7. Check the new launch: what it does``.
+STEP = re.compile(r"(\d+)\. ([^:]+): (.+)", re.S)
+
+
+def deploy_steps(role: str) -> list[dict[str, str]]:
+    """The numbered steps of ``roles/<role>.py``'s role class, in their order, read from each
+    method's docstring (not imported: the roles import pyinfra): ``number``, ``title``, ``what``
+    (the rest of the first paragraph), ``converged`` (the paragraph ``Converged: ...``), ``method``."""
+    tree = ast.parse((ROOT / "roles" / f"{role}.py").read_text())
+    cls = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == role.title())
+    steps = []
+    for node in cls.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        paragraphs = [" ".join(p.split()) for p in (ast.get_docstring(node) or "").split("\n\n")]
+        match = STEP.fullmatch(paragraphs[0])
+        if match:
+            said = [p.removeprefix("Converged: ") for p in paragraphs[1:] if p.startswith("Converged: ")]
+            steps.append(
+                {
+                    "number": match[1],
+                    "title": match[2],
+                    "what": match[3],
+                    "converged": "".join(said),
+                    "method": node.name,
+                }
+            )
+    return sorted(steps, key=lambda step: int(step["number"]))
+
+
+def step_anchor(step: dict[str, str]) -> str:
+    """The anchor of a step's section, ``### 7. Check the new launch``, as the site's toc makes it."""
+    from markdown.extensions.toc import slugify
+
+    return slugify(f"{step['number']}. {step['title']}", "-")
+
+
+def _steps(role: str = "server") -> str:
+    rows = ["| step | what it does | on a converged host |", "|---|---|---|"]
+    for step in deploy_steps(role):
+        title = f"{step['number']}. {step['title']}"
+        if role == "server":
+            title = f"[{title}](#{step_anchor(step)})"
+        what, converged = (text[:1].upper() + text[1:] for text in (step["what"], step["converged"]))
+        rows.append(f"| {title} | {what} | {converged} |")
+    return "\n".join(rows) + "\n"
+
+
+def _refusal(name: str) -> str:
+    from podkit_cli.refusals import quote
+
+    return quote(name)
+
+
 GENERATORS: dict[str, Callable[..., str]] = {
     "settings": _settings,
     "exit-codes": _exit_codes,
@@ -97,6 +157,8 @@ GENERATORS: dict[str, Callable[..., str]] = {
     "help": _help,
     "agents": _agents,
     "plan-accuracy": _plan_accuracy,
+    "steps": _steps,
+    "refusal": _refusal,
 }
 
 

@@ -51,7 +51,7 @@ def lines(state) -> list[str]:
     ] or ["interrupted (Ctrl-C) after every operation ran"]
 
 
-def _interrupted(signum, frame) -> None:
+def _interrupted(_signum, _frame) -> None:
     # os.write, not click.echo: the signal may arrive while pyinfra's logger is inside a write to
     # the same buffered stderr, and a second write there raises "reentrant call" instead of exiting
     text = "".join(click.style(line, fg="red") + "\n" for line in lines(ctx_state.get()))

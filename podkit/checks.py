@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import json
 import math
 import posixpath
 import re
@@ -383,15 +384,35 @@ ROUTER_POLICIES = ("cache_aware", "consistent_hash", "round_robin", "power_of_tw
 
 
 @dataclass(frozen=True)
+class Flag:
+    """The ``vllm serve`` flag a setting is, as vLLM's ``EngineArgs`` makes its fields flags: the
+    command line comes from the declaration. ``before``: words that go in front of it (the switch a
+    tool call parser needs; the loopback host of vLLM's port); ``vllm_default``: the value vLLM
+    takes without the flag, left off the command line (so is None, always)."""
+
+    name: str
+    before: tuple[str, ...] = ()
+    vllm_default: Any = None
+
+    def argv(self, value: Any) -> list[str]:
+        """The words ``value`` puts on the command line: a mapping as sorted JSON, else its text."""
+        if value is None or (self.vllm_default is not None and value == self.vllm_default):
+            return []
+        text = json.dumps(value, sort_keys=True) if isinstance(value, Mapping) else str(value)
+        return [*self.before, self.name, text]
+
+
+@dataclass(frozen=True)
 class Setting:
     """One tunable: its key, its default, the check that turns a datum into the validated
-    value (raising SettingsError that names the key and the fix), and a one-line meaning
-    (markdown; the docs' settings table shows it)."""
+    value (raising SettingsError that names the key and the fix), a one-line meaning
+    (markdown; the docs' settings table shows it), and the vLLM flag it is, if it is one."""
 
     name: str
     default: Any
     check: Check
     meaning: str
+    flag: Flag | None = None
 
     @property
     def attr(self) -> str:
@@ -399,8 +420,10 @@ class Setting:
         return self.name.split("_", 1)[1]
 
 
-def setting(name: str, default: Any, check: Callable[[Any, str], T], meaning: str) -> T:
-    """A field of :class:`Settings` that declares setting ``name``. Typed as the check's return
-    value, so a checker refuses a field whose type differs from what its check gives."""
-    field: T = dataclasses.field(metadata={"setting": Setting(name, default, check, meaning)})
+def setting(name: str, default: Any, check: Callable[[Any, str], T], meaning: str, flag: str | Flag | None = None) -> T:
+    """A field of :class:`Settings` that declares setting ``name`` (and ``flag``, the ``vllm serve``
+    flag it is). Typed as the check's return value, so a checker refuses a field whose type differs
+    from what its check gives."""
+    flag = Flag(flag) if isinstance(flag, str) else flag
+    field: T = dataclasses.field(metadata={"setting": Setting(name, default, check, meaning, flag)})
     return field

@@ -1,54 +1,39 @@
 """Settings: every tunable declared once, and the validated form of a host's data.
 
-:class:`Settings` below is the one place a setting is written: a typed field per
-setting, named as the key without its ``podkit_``/``vllm_`` prefix, whose
-``setting(...)`` gives the key, default, check and one-line meaning, with the
-longer explanation as the comment above it. A type checker sees each field's
-type, and checks it against what the setting's check returns. Everything else
-is derived from the fields:
+:class:`Settings` below is the one place a setting is written: a typed field per setting, named
+as the key without its ``podkit_``/``vllm_`` prefix, whose ``setting(...)`` gives the key, default,
+check, one-line meaning and, for a setting that is a ``vllm serve`` flag, the flag (vLLM's own
+``EngineArgs`` model), with the longer explanation as the comment above it. A type checker checks
+each field's type against what its check returns. Everything else is derived from the fields:
+:data:`SETTINGS` (the declarations in order), :data:`KEYS` and :func:`defaults` (what
+``group_data/all.py`` gives every host), :data:`FLAGS`, the launch's command line
+(``podkit.host.render.serve_argv``) and the launch check's names for a refusal
+(``podkit.host.launchcheck``), and :func:`settings_table` (docs/settings.md). Adding a setting is
+one field here plus the code that uses it (a flag setting: the field alone); the checks live in
+``podkit/checks.py``, where podkit keeps things on the host in ``podkit/paths.py``.
 
-- :data:`SETTINGS`, the declarations in order;
-- :data:`KEYS` (key -> meaning) and :func:`defaults`, which ``group_data/all.py``
-  loads as every host's data;
-- :func:`settings_table`, the docs' settings table (docs/settings.md, generated
-  when the site is built).
-
-Adding a setting is one field here plus the code that uses it; the checks (with
-the choices a setting may take, and :func:`~podkit.checks.setting`, which makes a
-field a declaration) live in ``podkit/checks.py``, and where podkit keeps things
-on the host in ``podkit/paths.py``.
-
-:meth:`Settings.from_mapping` checks that each key is present and well formed,
-and fails with a message that names the key and the fix. A missing key almost
-always means pyinfra did not load ``group_data/`` (it only looks in the working
-directory), so the error says to run from the project root. A ``podkit_*`` or
-``vllm_*`` key that is not declared is refused with the closest known name.
-No string anywhere in a datum may hold a control character (a line break, a
-tab), and no number in a datum may be NaN or Infinity: every datum is checked
-for them before its own check runs.
+:meth:`Settings.from_mapping` checks that each key is present and well formed, and fails with a
+message that names the key and the fix. A missing key almost always means pyinfra did not load
+``group_data/`` (it only looks in the working directory), so the error says to run from the
+project root; a key no setting declares is refused with the closest name (``podkit/retired.py``).
+No string in a datum may hold a control character, and no number in it may be NaN or Infinity.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from podkit import checks
-from podkit.checks import PackageSpec, Setting, SettingsError, setting
+from podkit.checks import Flag, PackageSpec, Setting, SettingsError, setting
 from podkit.paths import Paths
+from podkit.retired import unknown_key
 
 _PREFIXES = ("podkit_", "vllm_")
-# Settings that are gone, with what replaced them (a host's data that still sets one is refused with this).
-RETIRED = {
-    "vllm_host": "vLLM now listens on 127.0.0.1 only and Caddy owns the served port (podkit_edge_port); "
-    "podkit_public = False keeps that port on loopback too",
-    "podkit_restart_backoff_max": "supervisord restarts the server now: see podkit_start_retries",
-}
 
 
 @dataclass(frozen=True)
@@ -292,10 +277,18 @@ class Settings:
     )
     # What clients put in "model".
     served_model_name: str = setting(
-        "vllm_served_model_name", None, checks.served_name, "name clients use; `None` = last part of `vllm_model`"
+        "vllm_served_model_name",
+        None,
+        checks.served_name,
+        "name clients use; `None` = last part of `vllm_model`",
+        "--served-model-name",
     )
     port: int = setting(
-        "vllm_port", 8001, checks.port, "vLLM's own port, on 127.0.0.1 only (clients reach `podkit_edge_port`)"
+        "vllm_port",
+        8001,
+        checks.port,
+        "vLLM's own port, on 127.0.0.1 only (clients reach `podkit_edge_port`)",
+        Flag("--port", before=("--host", "127.0.0.1")),
     )
     # Read by the client commands (verify, bench, eval) only: podkit/wayin.py.
     endpoint_url: str | None = setting(
@@ -311,14 +304,23 @@ class Settings:
         65536,
         checks.max_model_len,
         'context length in tokens, or `"auto"` (the longest the plan finds fits)',
+        "--max-model-len",
     )
     # Weights + activations + KV cache.
     gpu_memory_utilization: float = setting(
-        "vllm_gpu_memory_utilization", 0.90, checks.fraction, "share of each GPU's memory vLLM may use"
+        "vllm_gpu_memory_utilization",
+        0.90,
+        checks.fraction,
+        "share of each GPU's memory vLLM may use",
+        "--gpu-memory-utilization",
     )
     # "auto" is the model's dtype.
     kv_cache_dtype: str = setting(
-        "vllm_kv_cache_dtype", "auto", checks.choice(checks.KV_DTYPES), "`auto` or `fp8` (half the KV memory per token)"
+        "vllm_kv_cache_dtype",
+        "auto",
+        checks.choice(checks.KV_DTYPES),
+        "`auto` or `fp8` (half the KV memory per token)",
+        "--kv-cache-dtype",
     )
     # A number uses fewer GPUs (e.g. 2 of 4); it must divide the model's attention heads.
     tensor_parallel_size: int | None = setting(
@@ -326,6 +328,7 @@ class Settings:
         None,
         checks.optional_count(256, "GPUs"),
         "GPUs per server; `None` = every GPU on the host",
+        "--tensor-parallel-size",
     )
     # Across a cluster's nodes: each node holds a stage (a share of the layers) on its own GPUs.
     pipeline_parallel_size: int | None = setting(
@@ -333,27 +336,30 @@ class Settings:
         None,
         checks.optional_count(checks.MAX_NODES, "stages"),
         "pipeline stages; `None` = one per node of the cluster (1 for a host that serves alone)",
+        Flag("--pipeline-parallel-size", vllm_default=1),
     )
     tool_call_parser: str | None = setting(
         "vllm_tool_call_parser",
         "auto",
         checks.parser,
-        "`--tool-call-parser` (with `--enable-auto-tool-choice`); `auto` from the model family "
-        "(`podkit/plan/families.py`), or a name; `None` disables tool calling",
+        "tool calling's parser; `auto` from the model family (`podkit/plan/families.py`), or a name; "
+        "`None` disables tool calling",
+        Flag("--tool-call-parser", before=("--enable-auto-tool-choice",)),
     )
     reasoning_parser: str | None = setting(
         "vllm_reasoning_parser",
         "auto",
         checks.parser,
-        "`--reasoning-parser`; `auto` from the model family, or a name, or `None`",
+        "the reasoning parser; `auto` from the model family, or a name, or `None`",
+        "--reasoning-parser",
     )
     # For coding agents. top_k 0 means "off" in the pinned vLLM.
     generation_config: dict[str, Any] = setting(
         "vllm_generation_config",
         {"temperature": 0.15, "top_p": 1.0, "top_k": 0, "repetition_penalty": 1.0},
         checks.mapping,
-        "server-side sampling defaults for coding (`--override-generation-config`; `top_k` 0 is off); "
-        "requests still win",
+        "server-side sampling defaults for coding (`top_k` 0 is off); requests still win",
+        Flag("--override-generation-config", vllm_default={}),
     )
     # E.g. ["--enable-prefix-caching"].
     extra_args: tuple[str, ...] = setting(
@@ -364,6 +370,11 @@ class Settings:
         "vllm_extra_env", {}, checks.env, "further server environment (no secrets); `VLLM_API_KEY` is refused"
     )
 
+    @classmethod
+    def declarations(cls) -> tuple[Setting, ...]:
+        """The settings declared as fields of ``cls``, in order (a subclass's own last)."""
+        return tuple(field.metadata["setting"] for field in dataclasses.fields(cls))
+
     @property
     def paths(self) -> Paths:
         return Paths(self.volume)
@@ -373,20 +384,22 @@ class Settings:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> Settings:
-        unknown = [key for key in data if isinstance(key, str) and key.startswith(_PREFIXES) and key not in KEYS]
+        declared = cls.declarations()
+        keys = dict.fromkeys(one.name for one in declared)
+        unknown = [key for key in data if isinstance(key, str) and key.startswith(_PREFIXES) and key not in keys]
         if unknown:
-            raise SettingsError("; ".join(_unknown(key) for key in unknown))
-        missing = [key for key in KEYS if key not in data]
+            raise SettingsError("; ".join(unknown_key(key, declared) for key in unknown))
+        missing = [key for key in keys if key not in data]
         if missing:
             raise SettingsError(
                 f"host data lacks {', '.join(missing)}: group_data/all.py defines every key, and pyinfra "
                 "only loads group_data/ from the working directory; run from the project root"
             )
         values = {}
-        for declared in SETTINGS:
-            checks.printable(data[declared.name], declared.name)  # every string of every datum, first
-            checks.finite(data[declared.name], declared.name)  # and every number of it
-            values[declared.attr] = declared.check(data[declared.name], declared.name)
+        for one in declared:
+            checks.printable(data[one.name], one.name)  # every string of every datum, first
+            checks.finite(data[one.name], one.name)  # and every number of it
+            values[one.attr] = one.check(data[one.name], one.name)
         # The one default that depends on another setting: the model's last part.
         values["served_model_name"] = values["served_model_name"] or default_served_name(values["model"])
         if values["port"] == values["edge_port"]:
@@ -403,7 +416,10 @@ class Settings:
 
 
 # The declarations, in order, from the fields.
-SETTINGS: tuple[Setting, ...] = tuple(field.metadata["setting"] for field in dataclasses.fields(Settings))
+SETTINGS: tuple[Setting, ...] = Settings.declarations()
+
+# Each setting that is a vLLM flag, by attribute: ``FLAGS["max_model_len"] == "--max-model-len"``.
+FLAGS: dict[str, str] = {declared.attr: declared.flag.name for declared in SETTINGS if declared.flag}
 
 # Every key, with its one-line meaning.
 KEYS: dict[str, str] = {declared.name: declared.meaning for declared in SETTINGS}
@@ -416,22 +432,13 @@ def defaults() -> dict[str, Any]:
 
 def settings_table() -> str:
     """The docs' settings table (docs/settings.md), one row per declaration."""
-    rows = ["| key | default | meaning |", "|---|---|---|"]
+    rows = ["| key | default | meaning | vLLM flag |", "|---|---|---|---|"]
     for declared in SETTINGS:
         default = declared.default if isinstance(declared.default, str) else repr(declared.default)
-        cells = (f"`{declared.name}`", f"`{default}`", declared.meaning)
+        flag = f"`{declared.flag.name}`" if declared.flag else ""
+        cells = (f"`{declared.name}`", f"`{default}`", declared.meaning, flag)
         rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(rows) + "\n"
-
-
-def _unknown(key: str) -> str:
-    if key in RETIRED:
-        return f"{key} is no longer a setting: {RETIRED[key]}"
-    # Compared without the prefixes, which every key shares, and which a typo may have wrong.
-    by_attr = {declared.attr: declared.name for declared in SETTINGS}
-    close = difflib.get_close_matches(key.split("_", 1)[1], by_attr, n=1)
-    hint = f"did you mean {by_attr[close[0]]}?" if close else "every setting is declared in podkit/settings.py"
-    return f"unknown setting {key}; {hint}"
 
 
 def default_served_name(model: str) -> str:

@@ -28,7 +28,7 @@ class Podkit(click.Group):
         try:
             return super().invoke(ctx)
         except click.ClickException as exc:
-            exc.message = clean(exc.message)
+            exc.message = clean(exc.message)  # type: ignore[misc]  # Final in click's types; click's own subclasses set it
             raise
 
 

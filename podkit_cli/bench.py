@@ -24,7 +24,7 @@ def _int_list(ctx, param, value):
     return numbers
 
 
-def router_replicas(target: Target) -> tuple[str, list] | None:
+def router_replicas(target: Target[Host]) -> tuple[str, list] | None:
     """``(group, replicas)`` when ``target`` is a router host (``podkit_role = "router"``): the hosts of
     the inventory group its ``podkit_router_group`` names, each as a
     :class:`podkit.client.replicas.Replica` reached the way bench reaches a host (its edge, its

@@ -8,9 +8,10 @@ from podkit import project_path
 from podkit.client.agents import AGENTS
 from podkit.client.agents.printout import PartError, printout, rows, summary_warnings
 from podkit.client.connect import ClientSettings, ConnectError, summary
+from podkit.settings import FLAGS
 from podkit.text import clean
 
-from .hosts import Target, load_targets
+from .hosts import Host, Target, load_targets
 from .output import dumps, host_option
 
 
@@ -20,7 +21,7 @@ class BadInput(click.ClickException):
     exit_code = 2
 
 
-def context_of(target: Target) -> tuple[int | None, str | None]:
+def context_of(target: Target[Host]) -> tuple[int | None, str | None]:
     """The host's context length: the setting, or for "auto" the running server's
     ``--max-model-len`` (one command over SSH); else None and why, in one line."""
     setting = target.settings.max_model_len
@@ -29,7 +30,7 @@ def context_of(target: Target) -> tuple[int | None, str | None]:
     from podkit.client.serverinfo import describe
 
     info = describe(target.name, target.settings, target.run)
-    flag = info.flag("--max-model-len")
+    flag = info.flag(FLAGS["max_model_len"])
     if flag and flag.isdigit():
         return int(flag), None
     why = info.error or "its command line has no --max-model-len"
@@ -40,7 +41,7 @@ def context_of(target: Target) -> tuple[int | None, str | None]:
     )
 
 
-def client_settings(targets: list[Target]) -> list[tuple[ClientSettings, str | None]]:
+def client_settings(targets: list[Target[Host]]) -> list[tuple[ClientSettings, str | None]]:
     """Each target's :class:`ClientSettings`, with why its context length is unknown (else None).
     Hosts whose context is "auto" are read over SSH in parallel."""
     from podkit.client.targets import each_host

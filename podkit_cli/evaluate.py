@@ -145,7 +145,11 @@ def eval_run(inventory, host_names, profile_names, task_names, runs, max_tokens,
                 click.echo(clean(line))
     outcomes = {"unreachable": Outcome.UNREACHABLE, "auth": Outcome.AUTH}
     sys.exit(
-        int(worst(outcomes.get(r.get("outcome"), Outcome.ERROR) if r.get("error") else Outcome.OK for r in results))
+        int(
+            worst(
+                outcomes.get(r.get("outcome") or "", Outcome.ERROR) if r.get("error") else Outcome.OK for r in results
+            )
+        )
     )
 
 
@@ -170,4 +174,9 @@ def eval_compare(record_a, record_b, as_json):
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     comparison["a"]["path"], comparison["b"]["path"] = record_a, record_b
-    emit(comparison, as_json, lambda c: [click.echo(clean(line)) for line in compare_table(c)])
+
+    def human(found: dict) -> None:
+        for line in compare_table(found):
+            click.echo(clean(line))
+
+    emit(comparison, as_json, human)

@@ -24,6 +24,7 @@ from typing import Any
 import click
 
 from podkit import PROJECT_ROOT, project_path
+from podkit.client.targets import Target
 from podkit.host.shell import RemoteError, Result
 from podkit.keys import ApiKeyError, read_key
 from podkit.settings import Settings, SettingsError
@@ -182,29 +183,11 @@ def load_hosts(inventory: str, host_names: tuple[str, ...] = ()) -> list[Host]:
     return hosts
 
 
-class Target:
-    """One host as a client sees it: its name, settings, data, way in (URL, TLS), the CA
-    certificate it pins (internal TLS) and the API key."""
-
-    def __init__(self, host: Host, key: str):
-        from podkit.wayin import ca_path, way_in
-
-        self.host = host
-        self.name, self.settings, self.data, self.key = host.name, host.settings, host.data, key
-        self.way = way_in(host.name, host.data, host.settings.edge_port)
-        self.url = self.way.base_url
-        self.ca_file = str(ca_path(host.name)) if self.way.tls == "internal" else None
-        self.model = host.settings.served_model_name
-
-    def run(self, command: str, timeout: float = 120) -> Result:
-        return self.host.run(command, timeout)
-
-
-def load_targets(inventory: str, host_names: tuple[str, ...] = ()) -> list[Target]:
+def load_targets(inventory: str, host_names: tuple[str, ...] = ()) -> list[Target[Host]]:
     """Every selected host with its endpoint and the key the deploy gave it (read-only commands)."""
     from podkit.wayin import cluster_rank
 
-    targets = []
+    targets: list[Target[Host]] = []
     for host in load_hosts(inventory, host_names):
         cluster = host.settings.cluster
         rank = cluster_rank(host.name, cluster, host.settings.cluster_rank)

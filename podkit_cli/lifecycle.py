@@ -106,9 +106,10 @@ def status(inventory, host_names, as_json):
         from podkit_cli.measure import CALIBRATION
 
         for row in found:
-            case = (row.last_start or {}).get("record")
+            start = row.last_start or {}
+            case = start.get("record")
             if case and case.get("logged", {}).get("kv_cache_tokens") is not None:
-                row.last_start["record_file"] = str(keep_case(case, state_dir() / CALIBRATION))
+                start["record_file"] = str(keep_case(case, state_dir() / CALIBRATION))
 
     def human(rows):
         for row in rows:

@@ -7,6 +7,8 @@ import sys
 
 import click
 
+from podkit.settings import FLAGS
+
 from .output import Finite, dumps
 
 
@@ -37,17 +39,20 @@ def _version(ctx, param, value):
     help="Total memory per GPU as torch reports it (H100 80GB: 79.19).",
 )
 @click.option("--gpus", "gpu_count", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--tensor-parallel-size", type=click.IntRange(min=1), help="Default: every GPU (over the stages).")
+# the options that are vLLM's flags take their names from the settings' declarations
+@click.option(FLAGS["tensor_parallel_size"], type=click.IntRange(min=1), help="Default: every GPU (over the stages).")
 @click.option(
-    "--pipeline-parallel-size",
+    FLAGS["pipeline_parallel_size"],
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
     help="Pipeline stages: each holds its share of the layers; the KV pool is the smallest stage's.",
 )
-@click.option("--gpu-memory-utilization", type=Finite(0.05, 1.0), default=0.9, show_default=True)
-@click.option("--max-model-len", default="auto", callback=_max_model_len, show_default=True, help="Tokens, or auto.")
-@click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto", show_default=True)
+@click.option(FLAGS["gpu_memory_utilization"], type=Finite(0.05, 1.0), default=0.9, show_default=True)
+@click.option(
+    FLAGS["max_model_len"], default="auto", callback=_max_model_len, show_default=True, help="Tokens, or auto."
+)
+@click.option(FLAGS["kv_cache_dtype"], type=click.Choice(["auto", "fp8"]), default="auto", show_default=True)
 @click.option("--quantization", type=click.Choice(["fp8"]), help="Runtime FP8 quantization of a BF16 checkpoint.")
 @click.option("--disk-free-gib", type=Finite(min=0), help="Free space on the volume, to check the download.")
 @click.option("--no-fp8-search", is_flag=True, help="Do not look for an FP8 sibling checkpoint.")
@@ -118,7 +123,8 @@ def plan(
         if gpu_name or gpu_memory_gib:
             raise click.BadParameter("--measure reads the host's own GPUs: leave out --gpu and --gpu-memory-gib")
 
-        given = click.get_current_context().get_parameter_source("max_model_len").name != "DEFAULT"
+        source = click.get_current_context().get_parameter_source("max_model_len")
+        given = source is not None and source.name != "DEFAULT"
         overrides = {"vllm_max_model_len": max_model_len} if given else {}
         run_measure(inventory, host_names, model, overrides, stop_server, as_json)
     if host_names or stop_server:

@@ -114,7 +114,7 @@ def _sigterm_as_interrupt():
     a process started in the background by a non-interactive shell (a CI job, ``podkit tunnel &`` in
     a script) inherits SIGINT ignored, and Python then installs no Ctrl-C handler of its own."""
 
-    def interrupt(signum, frame):
+    def interrupt(_signum, _frame):
         raise KeyboardInterrupt
 
     try:

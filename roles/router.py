@@ -2,7 +2,8 @@
 ``podkit_router_group``, behind its own edge. It reads itself and checks its replicas first
 (:meth:`Router.read`, with the servers' first steps); then, once every server of the run is ready,
 it converges (:meth:`Router.converge`), so a fleet's first apply has each replica's edge CA pinned
-on the controller before the router host needs it.
+on the controller before the router host needs it. Each step is numbered and told once in its
+docstring, as a server's are (roles/server.py); docs/how-it-works.md's router table comes from them.
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ from roles.turn import Turn
 
 class Router(Turn):
     def read(self) -> None:
-        """11. Read the host (one remote command), and check its replicas agree, before anything is
-        installed. Its replicas are the hosts of podkit_router_group, reached as clients reach them."""
+        """1. Read the host and check its replicas: one remote command, and the hosts of
+        podkit_router_group, reached as clients reach them, serve one model, before anything is
+        installed.
+
+        Converged: the only remote command.
+        """
         settings, paths = self.settings, self.paths
         try:
             members = [(member.name, member.data.dict()) for member in inventory.get_group(settings.router_group)]
@@ -60,14 +65,18 @@ class Router(Turn):
         )
 
     def converge(self) -> None:
-        """The router host's path once every server is ready (11, :meth:`read`, came before)."""
-        self.install()  # 12. the volume, its folders, vllm-router, Caddy and supervisord in the venv
-        self.files_and_key()  # 13. the key, the launch script, the edge and its hops, each replica's CA
-        self.supervise()  # 13. supervisord runs the router and the edge from the current files
-        self.readiness()  # 14. the router answers and lists the model behind the edge
+        """The router host's path once every server is ready (:meth:`read` came before)."""
+        self.install()
+        self.files_and_key()
+        self.supervise()
+        self.readiness()
 
     def install(self) -> None:
-        """12. The volume, its folders, and the router's tools in the venv: vllm-router, Caddy, supervisord."""
+        """2. Install: the volume, its folders, and the router's tools in the venv: vllm-router, Caddy
+        and supervisord.
+
+        Converged: no change.
+        """
         self.volume(router=True)
         self.installed = router.tools(
             name=f"Ensure {', '.join(map(str, self.tools))} are installed in {self.paths.venv}",
@@ -78,8 +87,11 @@ class Router(Turn):
         )
 
     def files_and_key(self) -> None:
-        """13. The key, the router's launch script, the edge (the front for clients, and one loopback
-        hop per replica to its edge), and each replica's pinned CA."""
+        """3. The key and the files: the router's launch script, the edge (the front for clients, and
+        one loopback hop per replica to its edge), and each replica's pinned CA.
+
+        Converged: no change.
+        """
         settings, count = self.settings, len(self.replicas)
         self.secret("API key", self.paths.api_key, self.api_key)
         self.managed("Ensure the env file puts every cache on the volume", "env")
@@ -102,8 +114,11 @@ class Router(Turn):
         )
 
     def supervise(self) -> None:
-        """13. supervisord runs both programs; what reads a changed file (or runs outside the
-        supervisor) restarts."""
+        """4. Supervise: supervisord runs the router and the edge; what reads a changed file (or runs
+        outside the supervisor) restarts.
+
+        Converged: no change.
+        """
         settings, pod, will_install = self.settings, self.pod, self.installed.will_change
         strays = pod.stray_programs(ROUTER_PROGRAMS)
         restart_router = (
@@ -136,8 +151,13 @@ class Router(Turn):
         self.restarted = restart_router or restart_edge or conf.will_change or not running
 
     def readiness(self) -> None:
-        """14. The router answers on loopback and lists the model (asked of a replica, with the key),
-        and the edge answers /health; with TLS from Caddy's CA, its root is pinned on the controller."""
+        """5. Readiness: the router answers and lists the model (asked of a replica, with the key)
+        behind the edge.
+
+        Converged: no change.
+
+        With TLS from Caddy's CA, its root certificate is pinned on the controller.
+        """
         settings, pod, way = self.settings, self.pod, self.way
         if way.tls == "internal" and pod.ca_root:
             pin_ca(self.name, pod.ca_root)

@@ -1,5 +1,7 @@
 """A server host (every host but a router), in the order it converges: :meth:`Server.converge` is
-the path, one step a line; each step is a method below, in the same order.
+the path, one step a line; each step is a method below, in the same order, numbered and told once
+in its docstring: ``N. Title: what it does`` (the first paragraph), then ``Converged: ...`` (what it
+costs a converged host). docs/how-it-works.md's step table is made from them (docs/hooks.py).
 
 A node of a cluster (``podkit_cluster``: one model across several hosts) also reads the other
 nodes' probes (each host is still probed once), stops with them when they disagree, and starts its
@@ -21,7 +23,6 @@ from podkit.host.idlefiles import idle_config_problems
 from podkit.host.launchcheck import check_command, launch_digest, serve_arguments
 from podkit.host.measure import deploy_step
 from podkit.host.preflight import host_problems
-from podkit.host.probe import server_config
 from podkit.host.profile import device_of, wait_profile
 from podkit.host.programs import edge_files, idle_files, managed_files, programs_for
 from podkit.host.render import host_files, reuse_key, serve_argv, server_env
@@ -33,31 +34,34 @@ from podkit.plan.checkpoints import from_hub
 from podkit.remote.idle.clock import follow_grace
 from podkit.settings import Settings, SettingsError
 from podkit.wayin import pin_ca, record_role
-from roles.turn import Turn
+from roles.supervision import Supervision
 
 
-class Server(Turn):
+class Server(Supervision):
     cluster: Cluster | None
 
     def converge(self) -> None:
         """The server's path. On a converged host every operation reports "No changes" and the run
         costs one remote command (the probe)."""
-        self.read()  # 1. the host in one command (and its deploy lock); on a cluster, every node
-        self.plan()  #    plan before spending, and refuse what cannot work before anything changes
-        self.install()  # 2. the volume, its folders, vLLM with Caddy and supervisord; the files rendered
-        self.key()  # 3. the API key
-        self.measure()  # 3b. with podkit_plan_measure: vLLM starts once with random weights
-        self.checkpoint()  # 4. a clean hub cache, the planned snapshot
-        self.check_launch()  # 5. before a restart: the installed vLLM reads the new launch; the files kept
-        self.scripts()  # 6-8. the env file, the launch script, the edge, the idle watcher
-        self.supervise()  # 9. what keeps them running: supervisord, or systemd units
-        self.readiness()  # 10. vLLM answers and lists the model behind the edge (else the kept files back)
-        self.self_stop()  # 11. a pod that stops itself when idle has proven it can (its own key, RunPod's API)
+        self.read()
+        self.plan()
+        self.install()
+        self.key()
+        self.measure()
+        self.checkpoint()
+        self.check_launch()
+        self.scripts()
+        self.supervise()
+        self.readiness()
+        self.self_stop()
 
     def read(self) -> None:
-        """1. Read the host (GPUs, volume, installed vLLM, managed files and their modes, supervisor,
-        server, edge, orphaned engines) and take its deploy lock, in one command. A node of a
-        cluster reads every other node too (once each), before anything changes anywhere."""
+        """1. Read the host: its GPUs, volume, vLLM, every file podkit manages, the supervisor, the
+        server and the edge, in one command that also takes the host's deploy lock; a node of a
+        cluster reads every other node too, before anything changes anywhere.
+
+        Converged: the only remote command.
+        """
         self.pod = facts.pod_state(self.settings)
         self.me = Member(self.name, self.settings, self.pod)
         self.cluster = self.the_cluster() if self.settings.cluster else None
@@ -96,8 +100,12 @@ class Server(Turn):
         return found
 
     def plan(self) -> None:
-        """Plan before spending: checkpoint (FP8 if it helps), context, TP (and PP across a cluster's
-        nodes), parsers, disk; and refuse, each with its fix, what cannot work."""
+        """2. Plan before spending: the checkpoint (FP8 where the GPUs take it), the context, TP and
+        PP, the parsers, memory and disk; what cannot work is refused, each with its fix, before
+        anything is installed or downloaded.
+
+        Converged: no change; the plan in one line.
+        """
         settings, pod, cluster = self.settings, self.pod, self.cluster
         self.launch = plan_host(
             settings,
@@ -134,9 +142,12 @@ class Server(Turn):
             )
 
     def install(self) -> None:
-        """2. The volume (made the SSH user's with sudo if it is missing or root's), its folders, and
-        vLLM (the system's if it matches, else a venv on the volume) with Caddy and supervisord in
-        the venv; then every file this host gets, rendered here."""
+        """3. Install: the volume and its folders, the pinned vLLM (the system's if it is that one,
+        else a venv on the volume) with Caddy and supervisord; every file the host gets is rendered
+        here.
+
+        Converged: no change.
+        """
         settings, pod, paths, found = self.settings, self.pod, self.paths, self.found
         self.volume()
         tools = [settings.edge_package, settings.supervisor_package]
@@ -172,12 +183,18 @@ class Server(Turn):
         self.profile = wait_profile(key, paths.profile_record)
 
     def key(self) -> None:
-        """3. One API key: the controller's file is the source (read above); the host gets a 0600 copy."""
+        """4. The API key: the controller's file is the source; the host gets a 0600 copy.
+
+        Converged: no change (compared by checksum).
+        """
         self.secret("API key", self.paths.api_key, self.api_key)
 
     def measure(self) -> None:
-        """3b. With podkit_plan_measure: vLLM itself starts once with these flags and random weights
-        (config and tokenizer only) before the first download of a new checkpoint."""
+        """5. The measured plan: with podkit_plan_measure, before the first download of a new
+        checkpoint, vLLM starts once with these flags and random weights, and says whether they fit.
+
+        Converged: no change (the outcome is kept on the host).
+        """
         step = deploy_step(self.settings, self.launch, self.pod, self.vllm_bin)
         if self.settings.plan_measure:
             preflight.measured(
@@ -190,7 +207,11 @@ class Server(Turn):
             )
 
     def checkpoint(self) -> None:
-        """4. The checkpoint: a clean hub cache, then the planned snapshot in it (fetched on the host)."""
+        """6. The checkpoint: a clean hub cache, then the planned snapshot, downloaded on the host
+        (only the files vLLM reads).
+
+        Converged: no change, and no request to the hub.
+        """
         pod, launch = self.pod, self.launch
         if self.hf_token:
             self.secret("Hugging Face token", self.paths.hf_token, self.hf_token)
@@ -214,10 +235,12 @@ class Server(Turn):
             )
 
     def check_launch(self) -> None:
-        """5. Before vLLM restarts (its files changed, or it does not run them), the installed vLLM reads
-        the new launch (its own parser and config validation), and a working server's files are kept,
-        to put back if the new start fails. Nothing the server reads has changed yet; a converged host
-        pays nothing."""
+        """7. Check the new launch: before vLLM restarts, the installed vLLM reads the new command line
+        (its own argument, engine config and sampling checks) while the server still serves, and
+        the files that serve are kept beside them, to put back if the new start fails.
+
+        Converged: nothing runs (no restart is due).
+        """
         settings, pod, cluster = self.settings, self.pod, self.cluster
         self.programs = programs_for(settings, follower=self.follower)
         self.strays = pod.stray_programs(self.programs)  # a copy outside the supervisor: stopped, so this restarts
@@ -253,12 +276,14 @@ class Server(Turn):
         )
 
     def scripts(self) -> None:
-        """6. Every cache on the volume, through one env file the launch script sources; the launch
-        script, 7. the edge (Caddy: only /v1 with the key, /health; TLS when clients come in
-        directly), 8. the idle watcher: after podkit_idle_stop_minutes without a request it stops the
-        pod (RunPod) or the server (bare metal); at 0 it only keeps the idle time. A cluster's
-        follower runs vLLM headless for the head: no API, so no edge; its idle watcher stops its own
-        once the head has not answered for that long (a minute at most)."""
+        """8. The files: the env file (every cache on the volume), the launch script, the edge (Caddy),
+        the idle watcher and its config, and what the plan predicts.
+
+        Converged: no change.
+
+        A cluster's follower runs vLLM headless for the head: no API, so no edge; its idle watcher
+        stops its own once the head has not answered for that long (a minute at most).
+        """
         settings, cluster, served = self.settings, self.cluster, self.served
         self.managed("Ensure the env file puts every cache on the volume", "env")
         if cluster is not None and self.follower:
@@ -299,10 +324,15 @@ class Server(Turn):
         )
 
     def supervise(self) -> None:
-        """9. What keeps them running: supervisord, or systemd units. Restart what reads changed files
-        (content: a mode put back changes nothing), or runs older files (vLLM's, above); a cluster's
-        node also when another node restarts (its ranks start together). What outlived its server or
-        runs outside the supervisor is stopped first."""
+        """9. Supervise: supervisord (or systemd units) runs vLLM, the edge and the idle watcher; only
+        what reads a changed file, or runs older files, restarts; what outlived its server is
+        stopped first.
+
+        Converged: no change.
+
+        A mode put back changes no content, so restarts nothing; a cluster's node restarts also when
+        another node does (its ranks start together).
+        """
         settings, pod, follower, strays = self.settings, self.pod, self.follower, self.strays
         will_install = self.reinstall
         self.restart_edge = not follower and (
@@ -332,73 +362,15 @@ class Server(Turn):
         else:
             self.by_supervisord(units)
 
-    def by_systemd(self, units: dict) -> None:
-        """With podkit_supervisor = "systemd": no supervisord, and each unit current, enabled and
-        running from the current files."""
-        pod, paths = self.pod, self.paths
-        supervisor.supervisord_stopped(
-            name="Ensure no supervisord runs (systemd supervises vLLM and the edge)",
-            supervisorctl=f"{paths.venv}/bin/supervisorctl",
-            conf=paths.supervisord_conf,
-            pid=pod.supervisord_left,
-        )
-        for unit_name, (role, unit_path, restart, unit) in units.items():
-            self.managed(f"Ensure the volume holds the current {unit_name}", role)
-            installed_unit = supervisor.unit(
-                name=f"Ensure systemd has the current {unit_name} (daemon-reload when it changed)",
-                source=self.files[role].path,
-                path=unit_path,
-                current_sha256=pod.files.get(unit_path),
-                sha256=self.files[role].sha256,
-                as_root=pod.root,
-            )
-            supervisor.unit_service(
-                name=f"Ensure {unit_name} is enabled and runs from the current files",
-                unit=unit_name,
-                enabled=unit.is_enabled,
-                up=unit.up,
-                restarted=restart or installed_unit.will_change,
-                as_root=pod.root,
-            )
-            if role == "idle_unit":
-                self.idle_restarted = restart or installed_unit.will_change or not unit.up
-        self.restarted = self.restart_vllm
-
-    def by_supervisord(self, units: dict) -> None:
-        """supervisord runs the programs from the current files; units left from podkit_supervisor =
-        "systemd" let go of the ports first (one supervisor at a time)."""
-        pod, paths = self.pod, self.paths
-        for unit_name, (_, _, _, unit) in units.items():
-            if unit.present:
-                supervisor.unit_service(
-                    name=f"Ensure {unit_name} is stopped and disabled (supervisord supervises)",
-                    unit=unit_name,
-                    enabled=unit.is_enabled,
-                    up=unit.up,
-                    present=False,
-                    as_root=pod.root,
-                )
-        what = "vLLM (headless)" if self.follower else "vLLM, the edge and the idle watcher"
-        conf = self.managed(f"Ensure supervisord's config runs {what}", "supervisord")
-        running = pod.supervisor_pid is not None
-        due = (("vllm", self.restart_vllm), ("edge", self.restart_edge), ("idle", self.restart_idle))
-        # A cluster's nodes reach this operation together: each starts its rank at the same step.
-        supervisor.programs(
-            name=f"Ensure supervisord runs {what} from the current files",
-            config={**server_config(self.settings), "supervisord_log": paths.supervisord_log},
-            running=running,
-            programs=pod.programs,
-            reload=conf.will_change,
-            restart=[name for name, restart in due if restart],
-            names=self.programs,
-        )
-        self.restarted = self.restart_vllm or conf.will_change or not running
-        self.idle_restarted = self.restart_idle or conf.will_change or not running
-
     def readiness(self) -> None:
-        """10. vLLM answers on loopback and lists the served model (with the key), and the edge answers
-        /health; with TLS from Caddy's CA, its root certificate is pinned on the controller. A
-        cluster's head answers only once every rank joined: its readiness is the cluster's."""
+        """10. Readiness: vLLM answers and lists the model behind the edge; a new start that fails puts
+        back the kept files and starts from them again, and the run fails naming the cause.
+
+        Converged: no change.
+
+        With TLS from Caddy's CA, its root certificate is pinned on the controller. A cluster's head
+        answers only once every rank joined: its readiness is the cluster's.
+        """
         settings, pod, way, cluster = self.settings, self.pod, self.way, self.cluster
         if self.follower:
             return
@@ -420,9 +392,13 @@ class Server(Turn):
         )
 
     def self_stop(self) -> None:
-        """11. A RunPod pod that is to stop itself when idle proves, before it must, that it can: its idle
-        watcher reads the pod through RunPod's API with the pod's own key, the same ways its stop goes.
-        A watcher this run (re)started proves it at its start (one more remote command, then only)."""
+        """11. Prove the self-stop: a RunPod pod that stops itself when idle proves it can, before it
+        must: its idle watcher reads the pod through RunPod's API with the pod's own key.
+
+        Converged: no change (proven when the watcher started).
+
+        A watcher this run (re)started proves it at its start (one more remote command, then only).
+        """
         pod_id, minutes, pod = self.host.data.get("runpod_pod_id"), self.settings.idle_stop_minutes, self.pod
         if not pod_id or not minutes:
             return

@@ -16,6 +16,7 @@ from openai.types.chat import ChatCompletionFunctionToolParam
 
 from podkit.client.serverinfo import ServerInfo
 from podkit.plan.families import UnknownFamily, family_for
+from podkit.settings import FLAGS
 
 WEATHER_TOOL: ChatCompletionFunctionToolParam = {
     "type": "function",
@@ -117,7 +118,7 @@ def expected_parser(info: ServerInfo | None, content: str = "") -> tuple[str, st
 
 def wrong_parser(info: ServerInfo | None, content: str = "") -> str:
     """The parser the server runs, the one the model needs, and the fix."""
-    running = info.flag("--tool-call-parser") if info is not None else None
+    running = info.flag(FLAGS["tool_call_parser"]) if info is not None else None
     expected = expected_parser(info, content)
     if expected is None:
         running_text = f"the server runs --tool-call-parser {running}, which" if running else "vllm_tool_call_parser"

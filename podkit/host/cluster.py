@@ -27,7 +27,7 @@ from podkit.host.hoststate import HostState, VllmInstall
 from podkit.host.preflight import choose_vllm
 from podkit.host.probe import listener_holder
 from podkit.host.programs import programs_for
-from podkit.settings import SETTINGS, PackageSpec, Settings
+from podkit.settings import FLAGS, SETTINGS, PackageSpec, Settings
 
 # Settings every node of a cluster must share: what is served and how (a node's own volume, ports
 # and supervisor may differ; its rank and address are its own).
@@ -115,7 +115,7 @@ class Cluster:
     def launch_args(self) -> list[str]:
         """What ``vllm serve`` needs on this node, besides the model and the TP size."""
         args = [
-            "--pipeline-parallel-size",
+            FLAGS["pipeline_parallel_size"],
             str(self.pipeline_parallel_size),
             "--nnodes",
             str(self.nnodes),

@@ -26,20 +26,18 @@ _HEREDOC = "PODKIT_VLLMCHECK_EOF"
 #: Seconds the check may take (vLLM's import is most of it) before the deploy stops waiting for it.
 CHECK_TIMEOUT = 300
 
-# The settings each flag of the rendered command line comes from (podkit's own flags; a flag of
-# vllm_extra_args is the user's, found in their list), to name what to fix in a refusal.
-_FLAG_SETTINGS = {
-    "--max-model-len": "vllm_max_model_len",
-    "--gpu-memory-utilization": "vllm_gpu_memory_utilization",
-    "--kv-cache-dtype": "vllm_kv_cache_dtype",
-    "--tensor-parallel-size": "vllm_tensor_parallel_size",
-    "--pipeline-parallel-size": "vllm_pipeline_parallel_size",
-    "--tool-call-parser": "vllm_tool_call_parser",
-    "--enable-auto-tool-choice": "vllm_tool_call_parser",
-    "--reasoning-parser": "vllm_reasoning_parser",
-    "--override-generation-config": "vllm_generation_config",
-    "--served-model-name": "vllm_served_model_name",
-}
+
+def flag_settings(settings: Settings) -> dict[str, str]:
+    """The setting each of podkit's own flags on the command line comes from, as the settings
+    declare them (``--enable-auto-tool-choice`` with ``--tool-call-parser``: vllm_tool_call_parser),
+    to name what to fix in a refusal; a flag of vllm_extra_args is the user's, found in their list."""
+    found = {}
+    for declared in settings.declarations():
+        if declared.flag is not None:
+            for word in (*declared.flag.before, declared.flag.name):
+                if word.startswith("--"):
+                    found[word] = declared.name
+    return found
 
 
 def check_source() -> str:
@@ -113,9 +111,10 @@ def setting_for(settings: Settings, argv: list[str], result: CheckResult) -> str
     for word in mentioned:
         if word.split("=", 1)[0] in extra:
             return "vllm_extra_args"
+    flags = flag_settings(settings)
     for word in mentioned:
-        if word in _FLAG_SETTINGS:
-            return _FLAG_SETTINGS[word]
+        if word in flags:
+            return flags[word]
     if result.step == "arguments" and extra:
         return "vllm_extra_args"
     return "the vllm_ settings"

@@ -23,28 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from podkit.host.startup import STARTUP_NEEDLES, calibration_record, compare, parse_startup, plan_record, row_text
+from podkit.plan.checkpointfiles import METADATA_PATTERNS
+from podkit.settings import FLAGS
 
 _HEREDOC = "PODKIT_MEASURE_EOF"
 
-#: What a start with random weights needs of a checkpoint: its config and tokenizer files, never a
-#: weight file (``allow_patterns`` of huggingface_hub; a ``*.safetensors`` or ``*.bin`` is never named).
-METADATA_PATTERNS = (
-    "config.json",
-    "generation_config.json",
-    "params.json",  # Mistral-format checkpoints' config
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "tokenizer.model",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "tekken.json",
-    "*.tiktoken",
-    "chat_template.jinja",
-    "chat_template.json",
-    "preprocessor_config.json",
-)
 #: Weight files: a measurement that fetched one of these broke its promise.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt")
 
@@ -59,7 +42,7 @@ def measure_argv(serve: list[str]) -> list[str]:
     and ``--load-format dummy`` last, so it wins over any load format the flags name."""
     argv = list(serve)
     argv[2] = "{model}"
-    argv[argv.index("--port") + 1] = "{port}"
+    argv[argv.index(FLAGS["port"]) + 1] = "{port}"
     return argv + ["--load-format", "dummy"]
 
 

@@ -50,38 +50,19 @@ class RenderedFile:
 
 
 def serve_argv(settings: Settings, vllm_bin: str, launch: HostPlan, cluster: Cluster | None = None) -> list[str]:
-    """The ``vllm serve`` command line: data, with the preflight plan's choices (checkpoint,
-    context length, TP size, parsers) and a cluster node's place in it (PP, rank, the head).
-    Holds no secret: the key travels in VLLM_API_KEY."""
-    argv = [
-        vllm_bin,
-        "serve",
-        launch.model,
-        "--served-model-name",
-        settings.served_model_name,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(settings.port),
-        "--max-model-len",
-        str(launch.max_model_len),
-        "--gpu-memory-utilization",
-        str(settings.gpu_memory_utilization),
-        "--kv-cache-dtype",
-        settings.kv_cache_dtype,
-        "--tensor-parallel-size",
-        str(launch.tensor_parallel_size),
-    ]
-    if cluster is not None:
-        argv += cluster.launch_args()
-    elif launch.pipeline_parallel_size > 1:
-        argv += ["--pipeline-parallel-size", str(launch.pipeline_parallel_size)]
-    if launch.tool_call_parser:
-        argv += ["--enable-auto-tool-choice", "--tool-call-parser", launch.tool_call_parser]
-    if launch.reasoning_parser:
-        argv += ["--reasoning-parser", launch.reasoning_parser]
-    if settings.generation_config:
-        argv += ["--override-generation-config", json.dumps(settings.generation_config, sort_keys=True)]
+    """The ``vllm serve`` command line: the checkpoint, then each setting that is a vLLM flag in the
+    order ``podkit/settings.py`` declares them, with the preflight plan's value where the plan chose
+    one (a field of :class:`HostPlan` of the setting's name: context length, TP and PP sizes,
+    parsers), and a cluster node's place in it (PP, rank, the head) where PP goes; then the plan's
+    and the user's own arguments. Holds no secret: the key travels in VLLM_API_KEY."""
+    argv = [vllm_bin, "serve", launch.model]
+    for declared in settings.declarations():
+        if declared.flag is None:
+            continue
+        if cluster is not None and declared.attr == "pipeline_parallel_size":
+            argv += cluster.launch_args()
+        else:
+            argv += declared.flag.argv(getattr(launch, declared.attr, getattr(settings, declared.attr)))
     return argv + list(launch.extra_args) + list(settings.extra_args)
 
 

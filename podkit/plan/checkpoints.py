@@ -18,27 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: Files vLLM reads besides the weights.
-SUPPORT_FILES = (
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "tokenizer.model",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "chat_template.json",
-    "chat_template.jinja",
-    "*.jinja",
-    "preprocessor_config.json",
-    "processor_config.json",
-    "model.safetensors.index.json",
-    "hf_quant_config.json",
-    "quantization_config.json",
-)
-MISTRAL_FILES = ("params.json", "tekken.json", "consolidated*.safetensors")
+from podkit.plan.checkpointfiles import CONFIG, QUANT_CONFIG, support_files
+
 FP8_DTYPES = ("F8_E4M3", "F8_E5M2", "F8_E4M3FN", "F8_E8M0")
 
 
@@ -134,14 +115,9 @@ def needed_files(files: dict[str, int], *, mistral_format: bool = False) -> list
     names = sorted(files)
     if mistral_format:
         weights = [n for n in names if fnmatch.fnmatch(n, "consolidated*.safetensors")]
-        support = [
-            n
-            for n in names
-            if any(fnmatch.fnmatch(n, p) for p in ("params.json", "tekken.json", "*.jinja", "generation_config.json"))
-        ]
     else:
         weights = [n for n in names if n.endswith(".safetensors") and "/" not in n and not n.startswith("consolidated")]
-        support = [n for n in names if "/" not in n and any(fnmatch.fnmatch(n, p) for p in SUPPORT_FILES)]
+    support = support_files(names, "mistral" if mistral_format else "hf")
     if not weights:
         raise ModelError(
             "the checkpoint has no .safetensors weights podkit can serve (only safetensors are supported); "
@@ -186,12 +162,12 @@ def _quant_config(config: dict[str, Any], hf_quant: dict[str, Any] | None) -> di
 def from_directory(path: str | Path) -> Checkpoint:
     """A checkpoint in a local directory (on the controller)."""
     root = Path(path).expanduser()
-    config_file = root / "config.json"
+    config_file = root / CONFIG
     if not config_file.is_file():
         raise ModelError(f"{root} has no config.json; point vllm_model at a checkpoint folder or a hub repo id")
     files = {p.name: p.stat().st_size for p in root.iterdir() if p.is_file()}
     config = json.loads(config_file.read_text())
-    hf_quant = json.loads((root / "hf_quant_config.json").read_text()) if "hf_quant_config.json" in files else None
+    hf_quant = json.loads((root / QUANT_CONFIG).read_text()) if QUANT_CONFIG in files else None
     dtypes: dict[str, int] = {}
     for name in needed_files(files, mistral_format=False):
         if name.endswith(".safetensors"):
@@ -231,12 +207,10 @@ def from_hub(model: str, *, api=None, token: str | None = None) -> Checkpoint:
     try:
         info = api.model_info(repo, revision=revision, files_metadata=True)
         files = {s.rfilename: int(s.size or 0) for s in info.siblings or []}
-        config = json.loads(Path(api.hf_hub_download(repo, "config.json", revision=info.sha)).read_text())
+        config = json.loads(Path(api.hf_hub_download(repo, CONFIG, revision=info.sha)).read_text())
         hf_quant = None
-        if "hf_quant_config.json" in files:
-            hf_quant = json.loads(
-                Path(api.hf_hub_download(repo, "hf_quant_config.json", revision=info.sha)).read_text()
-            )
+        if QUANT_CONFIG in files:
+            hf_quant = json.loads(Path(api.hf_hub_download(repo, QUANT_CONFIG, revision=info.sha)).read_text())
         try:
             params = dict(api.get_safetensors_metadata(repo, revision=info.sha).parameter_count)
         except Exception:  # not a safetensors repo, or headers unreadable: sizes still plan

@@ -151,7 +151,6 @@ def plan_memory(
     max_model_len: int | str = "auto",
     kv_cache_dtype: str = "auto",
     runtime_fp8: bool = False,
-    fp8_weight_bytes: int | None = None,
     vllm_version: str = "0.33.0",
     overheads: Overheads | None = None,
     pipeline_parallel_size: int = 1,

@@ -137,7 +137,7 @@ def picked(lines, needles, started):
 
 def main(cfg):
     began = time.time()
-    result = {"measure": 1, "started": False}
+    result = {"measure": 1, "started": False}  # type: dict
     try:
         model = cfg["model"]
         if cfg.get("repo"):

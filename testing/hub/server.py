@@ -98,7 +98,7 @@ class LocalHub:
         self._bind()
         httpd = self._httpd
 
-        def _terminate(signum, frame):  # shutdown() waits for serve_forever: never call it from its thread
+        def _terminate(_signum, _frame):  # shutdown() waits for serve_forever: never call it from its thread
             threading.Thread(target=httpd.shutdown, daemon=True).start()
 
         previous = signal.signal(signal.SIGTERM, _terminate)

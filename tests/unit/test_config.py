@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from podkit.paths import Paths
+from podkit.retired import RETIRED
 from podkit.settings import (
     KEYS,
-    RETIRED,
     SETTINGS,
     PackageSpec,
     Settings,

@@ -142,7 +142,7 @@ def test_the_refusals_page_quotes_what_the_settings_say(datum, quoted):
     from podkit.checks import SettingsError
     from podkit.settings import Settings, defaults
 
-    assert quoted in " ".join((DOCS / "refusals.md").read_text().split()), "the page does not quote it"
+    assert quoted in " ".join(page("refusals.md").split()), "the page does not quote it"
     with pytest.raises(SettingsError) as refused:
         Settings.from_mapping({**defaults(), **datum})
     assert quoted in str(refused.value)
@@ -174,3 +174,53 @@ def test_each_agents_section_installs_the_version_the_e2e_layer_runs():
     for name, entry in AGENTS.items():
         if entry.install:
             assert f"Install: `{entry.install}`" in text, name
+
+
+# --- the deploy's steps: told once, in each step's docstring (roles/), and the table made from them
+
+#: The longest a table cell may be: a sentence or two; the long story is the step's section.
+CELL = 300
+
+
+def converge_calls(role: str) -> list[str]:
+    """The methods ``roles/<role>.py``'s ``converge()`` calls, in order."""
+    import ast
+
+    tree = ast.parse((ROOT / "roles" / f"{role}.py").read_text())
+    cls = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == role.title())
+    converge = next(node for node in cls.body if isinstance(node, ast.FunctionDef) and node.name == "converge")
+    return [statement.value.func.attr for statement in converge.body[1:]]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("role, before", [("server", []), ("router", ["read"])])
+def test_the_steps_are_numbered_in_the_order_the_role_takes_them(role, before):
+    steps = hooks.deploy_steps(role)
+    assert [int(step["number"]) for step in steps] == list(range(1, len(steps) + 1))
+    assert [step["method"] for step in steps] == before + converge_calls(role)
+    for step in steps:
+        assert step["what"] and step["converged"], step["method"]
+        assert len(step["what"]) <= CELL and len(step["converged"]) <= CELL, f"{step['method']}: tell it in its section"
+
+
+def test_how_it_works_tells_each_step_in_its_section_and_every_one_of_them():
+    text = page("how-it-works.md")
+    assert hooks._steps("server") in text and hooks._steps("router") in text
+    steps = {step["method"]: step for step in hooks.deploy_steps("server")}
+    for step in steps.values():
+        assert f"\n### {step['number']}. {step['title']}\n" in text, "each step has a section for its story"
+    # the steps a reader once could not find: vLLM's check of a new launch, the files kept for
+    # rollback, the measured plan, the self-stop's proof
+    assert {"check_launch", "measure", "self_stop"} <= set(steps)
+    assert "kept" in steps["check_launch"]["what"] and "random weights" in steps["measure"]["what"]
+
+
+def test_every_refusal_the_page_quotes_is_said_by_its_check_and_quoted():
+    from podkit_cli.refusals import REFUSALS, quote
+
+    raw = (DOCS / "refusals.md").read_text()
+    for name in REFUSALS:
+        assert f"<!-- podkit:refusal {name} -->" in raw, f"{name} is not on the page"
+        said = quote(name)
+        assert said.startswith("`") and len(said) <= 310 and "\n" not in said
+    with pytest.raises(KeyError, match="no refusal 'nope'; known: api-key-arg"):
+        quote("nope")

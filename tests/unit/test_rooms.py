@@ -1,5 +1,5 @@
-"""Rooms of one job: no module of the product over 450 lines, so a reader finds a thing without
-scrolling a thousand. podctl runs on the host as one program but is written as parts
+"""Rooms of one job: no module of the product (the package, the CLI, the operations, the roles) over
+450 lines, so a reader finds a thing without scrolling a thousand. podctl runs on the host as one program but is written as parts
 (``podkit/remote/podctl/``), each under the limit too. And the deploy reads one screen per role:
 ``deploy.py`` picks the role, each role's ``converge`` lists its steps in order, each step a screen."""
 
@@ -13,7 +13,7 @@ from tests.helpers import ROOT
 LIMIT = 450
 #: Modules allowed past the limit, each with the reason; keep this short and say why.
 ALLOWED: dict[str, str] = {}
-FOLDERS = ("podkit", "podkit_cli")
+FOLDERS = ("podkit", "podkit_cli", "operations", "roles")
 
 
 def modules() -> list[Path]:
@@ -42,7 +42,7 @@ def test_what_is_allowed_still_needs_it():
 
 @pytest.mark.parametrize("folder", FOLDERS)
 def test_the_walk_finds_the_modules(folder):
-    assert len([p for p in modules() if p.relative_to(ROOT).parts[0] == folder]) >= 10
+    assert len([p for p in modules() if p.relative_to(ROOT).parts[0] == folder]) >= (3 if folder == "roles" else 8)
 
 
 # --- the deploy: one screen per role

@@ -335,7 +335,7 @@ def test_chat_template_renders_tools_with_jinja():
 
     # The environment transformers uses for chat templates.
     env = sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    env.filters["tojson"] = lambda x, **kw: json.dumps(x, ensure_ascii=False)
+    env.filters["tojson"] = lambda x, **_kw: json.dumps(x, ensure_ascii=False)
     template = env.from_string(tinymodel.CHAT_TEMPLATE)
     assert template.render(messages=MESSAGES, tools=TOOLS, add_generation_prompt=True) == (EXPECTED_RENDER)
     # Arguments given as a JSON string (the OpenAI wire format) render verbatim.

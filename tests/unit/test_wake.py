@@ -78,7 +78,7 @@ def test_requests_that_come_during_a_wake_join_it_and_all_go_through(tmp_path):
     rest(cfg)
     release, wakes, woke = threading.Event(), [], []
 
-    def waker(cfg_, found):
+    def waker(_cfg, found):
         wakes.append(found)
         assert os.path.exists(cfg["waking_file"])  # the edge sends every request here meanwhile
         release.wait(10)
@@ -107,7 +107,7 @@ def test_a_failed_wake_answers_503_with_why_and_is_not_tried_again_at_once(tmp_p
     now = [5000.0]
     tries = []
 
-    def waker(cfg_, found):
+    def waker(_cfg, found):
         tries.append(1)
         return {"ok": False, "said": "supervisorctl start vllm exited 7: ERROR (spawn error)"}
 

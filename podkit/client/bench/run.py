@@ -58,6 +58,7 @@ from podkit.client.bench.sessions import (
 from podkit.client.bench.stats import Timing, aggregate_length, aggregate_level
 from podkit.client.outcome import Outcome, worst
 from podkit.client.serverinfo import ServerInfo
+from podkit.settings import FLAGS
 
 DEFAULT_LENGTHS = (1024, 4096, 16384, 32768)
 DEFAULT_CONCURRENCY = (1, 4, 16, 64)
@@ -166,7 +167,7 @@ class Bench:
         if served:
             self.max_model_len, self.max_model_len_source = served, "GET /v1/models max_model_len"
             return
-        flag = self.server.flag("--max-model-len")
+        flag = self.server.flag(FLAGS["max_model_len"])
         if flag and flag.isdigit():
             self.max_model_len, self.max_model_len_source = int(flag), "the running server's --max-model-len"
 

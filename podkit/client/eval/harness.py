@@ -49,6 +49,7 @@ from podkit.client.eval.endpoint import Endpoint, Unreachable
 from podkit.client.eval.profiles import generation_config_of, resolve_profiles
 from podkit.client.eval.scoring import is_noise, score_code, score_explain, score_task
 from podkit.client.eval.tools import run_tool_task
+from podkit.client.targets import Target
 
 RECORD_FORMAT = "podkit-eval/1"
 
@@ -158,7 +159,7 @@ def utc_now() -> datetime:
 
 
 def run_host(
-    target,
+    target: Target,
     profile_names,
     runs: int,
     max_tokens: int,
@@ -167,7 +168,7 @@ def run_host(
     tasks: list[Task] | None = None,
     progress: Callable[[str], None] = lambda m: None,
 ) -> dict[str, Any]:
-    """The battery against one host (a CLI target: .name .settings .run .url .key .model), recorded in
+    """The battery against one host (its endpoint, key and model, and its one command), recorded in
     ``out_dir/<UTC timestamp>-<host>.json``. Returns a summary with the record's path, or with
     ``error`` (and no record) when the endpoint cannot be reached or model code cannot be caged."""
     from podkit.client.serverinfo import describe

@@ -24,7 +24,7 @@ def parse_metrics(text, counters=None):
     summed over its labels (engines, finish reasons), from Prometheus text; a counter vLLM did not
     print is missing. None when none of them is there."""
     counters = counters or COUNTERS
-    found = {}
+    found = {}  # type: dict[str, float]
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue

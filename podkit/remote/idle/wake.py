@@ -195,6 +195,7 @@ class Hook:
             return 200, None
         if action == "refuse":
             return 503, refusal(why)
+        assert current is not None  # a request that waits joins the wake under way
         bound = float(self.cfg.get("wake_timeout_seconds") or 600)
         if not current["done"].wait(bound):
             return 503, refusal(
@@ -230,7 +231,7 @@ def refusal(message):
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
-    def handle_error(self, request, client_address):  # Caddy closing a kept-alive connection: no trace
+    def handle_error(self, request, _client_address):  # Caddy closing a kept-alive connection: no trace
         pass
 
 

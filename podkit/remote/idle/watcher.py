@@ -31,7 +31,7 @@ class Watcher:
         idle_seconds = float(cfg.get("idle_seconds") or 0)
         if follow:
             head = "%s:%s" % (follow.get("address"), follow.get("port"))
-            self.clock = FollowClock(idle_seconds, head)
+            self.clock = FollowClock(idle_seconds, head)  # type: Clock | FollowClock
             self.source, self.read = head, read or (lambda _source: head_answers(follow))
         else:
             self.clock = Clock(idle_seconds)

@@ -9,7 +9,7 @@ from podkit.remote.podctl.base import log_lines, pid_alive, read_json, read_text
 
 
 def safetensors_dtypes(path):
-    counts = {}
+    counts = {}  # type: dict[str, int]
     try:
         with open(path, "rb") as handle:
             length = int.from_bytes(handle.read(8), "little")
@@ -33,7 +33,8 @@ def model_dir(path):
     if not path or not os.path.isdir(path):
         return None
     files = {e.name: e.stat().st_size for e in os.scandir(path) if e.is_file()}
-    result = {"files": files, "config": None, "hf_quant_config": None, "dtypes": {}}
+    dtypes = {}  # type: dict[str, int]
+    result = {"files": files, "config": None, "hf_quant_config": None, "dtypes": dtypes}
     for key, name in (("config", "config.json"), ("hf_quant_config", "hf_quant_config.json")):
         try:
             with open(os.path.join(path, name)) as handle:
@@ -43,7 +44,7 @@ def model_dir(path):
     for name in files:
         if name.endswith(".safetensors") and not name.startswith("consolidated"):
             for dtype, count in safetensors_dtypes(os.path.join(path, name)).items():
-                result["dtypes"][dtype] = result["dtypes"].get(dtype, 0) + count
+                dtypes[dtype] = dtypes.get(dtype, 0) + count
     return result
 
 
@@ -118,7 +119,7 @@ def open_files():
 def cache_problems(hub_cache):
     """Partial downloads (old <etag>.incomplete and new <etag>.<8hex>.incomplete), lock files and
     snapshot links whose blob is gone, each with its size and whether a process holds it."""
-    found = []
+    found = []  # type: list[dict]
     if not hub_cache or not os.path.isdir(hub_cache):
         return found
     for repo in sorted(os.listdir(hub_cache)):

@@ -26,7 +26,7 @@ def container_env(names):
 
 def interface_addresses():
     """{interface: [address, ...]}: IPv4 from the kernel (SIOCGIFADDR), IPv6 from /proc/net/if_inet6."""
-    found = {}
+    found = {}  # type: dict[str, list[str]]
     probe_socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         for _, name in socket.if_nameindex():

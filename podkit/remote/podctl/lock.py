@@ -52,10 +52,10 @@ def hold_lock(fd, target, info_path, anchor, start):
     devnull = os.open(os.devnull, os.O_RDWR)
     for name in (0, 1, 2):  # the SSH channel ends only when nothing holds its pipes
         os.dup2(devnull, name)
-    for name in os.listdir("/proc/self/fd"):
-        if int(name) > 2 and int(name) != fd:
+    for open_fd in os.listdir("/proc/self/fd"):
+        if int(open_fd) > 2 and int(open_fd) != fd:
             try:
-                os.close(int(name))
+                os.close(int(open_fd))
             except OSError:
                 pass
 

@@ -134,7 +134,7 @@ def venv_dists(venv):
 
 
 def system_dists():
-    found = {}
+    found = {}  # type: dict[str, str]
     try:
         from importlib import metadata
     except ImportError:  # Python < 3.8

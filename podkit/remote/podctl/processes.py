@@ -50,7 +50,7 @@ def proc_table():
 
 def subtree(table, root):
     """``root`` and every live process descended from it."""
-    children = {}
+    children = {}  # type: dict[int, list[int]]
     for pid, info in table.items():
         children.setdefault(info["ppid"], []).append(pid)
     found, todo = set(), [root]
@@ -83,7 +83,7 @@ def gpu_memory_mib():
         )
     except (OSError, subprocess.TimeoutExpired):
         return {}
-    used = {}
+    used = {}  # type: dict[int, int]
     for line in out.stdout.decode(errors="replace").splitlines():
         parts = [part.strip() for part in line.split(",")]
         if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
@@ -231,7 +231,7 @@ def socket_holders(inodes):
 
 def process_tree(root):
     """``root`` and every process descended from it (the server's API and engine processes)."""
-    children = {}
+    children = {}  # type: dict[int, list[int]]
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue

@@ -156,7 +156,7 @@ def serve_args(argv):
 
 def lines_with(needle, path, most=5):
     """Line numbers (the first ``most``) and the count of lines of ``path`` holding ``needle``; None when unreadable."""
-    found, count = [], 0
+    found, count = [], 0  # type: list[int], int
     try:
         with open(path, "rb") as handle:
             for number, line in enumerate(handle, 1):
@@ -198,7 +198,8 @@ def refused_requests(path):
         return None
     if size > ACCESS_TAIL_BYTES:
         tail = tail[1:]  # the first line read may be cut
-    counts, last, read = {}, [], 0
+    counts = {}  # type: dict[str, int]
+    last, read = [], 0
     for line in tail:
         try:
             entry = json.loads(line)
@@ -249,7 +250,7 @@ def key_leaks(cfg):
                 cmdline.split(b"\0")[0].decode(errors="replace")
             )
             argv.append({"pid": int(pid), "program": "?" if key in program else program})
-    result = {"argv": argv, "processes": processes, "unreadable": unreadable}
+    result = {"argv": argv, "processes": processes, "unreadable": unreadable}  # type: dict
     logs = [path for log in (cfg.get("logs") or [cfg.get("log_file")]) if log for path in rotated(log)]
     folders = [(folder, files_under([folder])) for folder in cfg.get("folders") or []]
     for name, paths in (
@@ -269,7 +270,7 @@ def key_leaks(cfg):
 
 def files_under(folders):
     """Every regular file under ``folders`` (Caddy's data: its CA, certificates, locks)."""
-    found = []
+    found = []  # type: list[str]
     for folder in folders:
         for parent, _, names in os.walk(folder):
             found.extend(os.path.join(parent, name) for name in sorted(names))

@@ -108,7 +108,7 @@ class UnixTransport(xmlrpc.client.Transport):
             sock.connect(path)
             connection.sock = sock
 
-        connection.connect = connect
+        connection.connect = connect  # type: ignore[method-assign]  # the socket is supervisord's Unix one
         return connection
 
 

@@ -183,7 +183,7 @@ def describe(cfg):
     runner = supervisor_state(cfg)  # the pids the launch and edge scripts recorded
     args = serve_args(process_argv(runner["vllm_pid"])) if runner["vllm_pid"] else None
     found = venv_dists(cfg["venv"])["dists"] or system_dists()["dists"]
-    model = args[0] if args else None
+    model = args[0] if args else ""
     folder = bool(model) and os.path.isdir(model)
     config = read_json(os.path.join(model, "config.json")) if folder else None
     return {
@@ -244,7 +244,7 @@ def status(cfg):
     stopped on purpose."""
     runner = supervisor_state(cfg)
     pid = runner["vllm_pid"]
-    served = {"health": None, "models": None, "max_model_len": None}
+    served = {"health": None, "models": None, "max_model_len": None}  # type: dict
     if pid:
         host = local_address(cfg["host"])
         base = "http://%s:%d" % ("[%s]" % host if ":" in host else host, cfg["port"])
