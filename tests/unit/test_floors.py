@@ -47,11 +47,11 @@ FLOORS: list[tuple[str, set[str]]] = [
 REMOTE = "podkit.remote"
 #: What a remote program may import beside the standard library: the Python it runs under has it
 #: (the detached download, the measured start and vLLM's check of a launch run on the Python that
-#: has vLLM, and so huggingface_hub).
+#: has vLLM, and so huggingface_hub and torch).
 RUNS_WITH = {
     "podkit.remote.fetch": {"huggingface_hub"},
     "podkit.remote.measure": {"huggingface_hub"},
-    "podkit.remote.vllmcheck": {"vllm"},
+    "podkit.remote.vllmcheck": {"vllm", "torch"},
 }
 #: The product: what ships (and the deploy and the shim that run it); testing/ is outside it.
 PRODUCT = ("podkit", "podkit_cli", "operations", "roles", "deploy", "cli")
