@@ -62,6 +62,8 @@ class ServerInfo:
     supervisor_pid: int | None = None
     programs: dict[str, str] | None = None
     program_said: dict[str, str | None] | None = None
+    #: the server's failed start's log lines while its supervisor does not say it runs (the cause is read from them)
+    server_tail: list[str] | None = None
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -130,6 +132,7 @@ def parse_describe(host: str, settings: Settings, output: str) -> ServerInfo:
         supervisor_pid=data.get("supervisor_pid"),
         programs=data.get("programs"),
         program_said=data.get("program_said"),
+        server_tail=data.get("server_tail") if isinstance(data.get("server_tail"), list) else None,
     )
     if not info.running:
         info.error = f"no vLLM server runs under {settings.supervisor} on this host"

@@ -49,6 +49,7 @@ from podkit.remote.podctl.server import (
     record_start,
     router_workers,
     serve_args,
+    server_tail,
     start_lines,
     startup_lines,
     startup_plans,
@@ -213,6 +214,7 @@ def describe(cfg):
         "supervisor_pid": runner["pid"],
         "programs": runner["programs"],
         "program_said": program_said(cfg, runner),
+        "server_tail": server_tail(cfg, runner),
         # a router host: each replica, and whether the router has it in (its own health checks)
         "router": router_workers(cfg) if cfg.get("replicas_file") else None,
     }
@@ -256,6 +258,7 @@ def status(cfg):
         "starts": last_lines_json(cfg.get("starts_file"), 2),
         "startup_plans": startup_plans(cfg.get("startup_plans")),
         **supervision(cfg, runner),
+        "server_tail": server_tail(cfg, runner),
     }
 
 
