@@ -40,7 +40,7 @@ FLOORS: list[tuple[str, set[str]]] = [
     ("the deploy's roles: a server's path, a router's", {"roles"}),
     (
         "entry points, inventories and group data, and the test doubles (outside the product)",
-        {"deploy", "cli", "inventories", "group_data", "testing"},
+        {"deploy", "config", "cli", "inventories", "group_data", "testing"},
     ),
 ]
 #: Shipped to the host and run there by its own Python; anything may import its helpers.
@@ -54,7 +54,7 @@ RUNS_WITH = {
     "podkit.remote.vllmcheck": {"vllm", "torch"},
 }
 #: The product: what ships (and the deploy and the shim that run it); testing/ is outside it.
-PRODUCT = ("podkit", "podkit_cli", "operations", "roles", "deploy", "cli")
+PRODUCT = ("podkit", "podkit_cli", "operations", "roles", "deploy", "config", "cli")
 #: The project's own code whose imports are checked (tests/, benchmarks/, scripts/ may import anything).
 CHECKED = (
     "podkit",
@@ -65,6 +65,7 @@ CHECKED = (
     "group_data",
     "testing",
     "deploy.py",
+    "config.py",
     "cli.py",
 )
 
