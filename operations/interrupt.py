@@ -42,7 +42,8 @@ EXIT_INTERRUPTED = 130
 GRACE_SECONDS = 3.0
 
 _said: list[bool] = []  # the line is said once, whatever number of Ctrl-C follow
-_watchers: list = []  # gevent's watcher of SIGINT that this module installed (one at a time)
+_thrown: list[bool] = []  # the exit is raised in (or thrown into) the run's greenlet once
+_main: list = []  # the run's greenlet: pyinfra's main, where config.py and deploy.py run
 
 
 def undone(state) -> dict[str, tuple[int, list[str]]]:
@@ -101,35 +102,37 @@ def _exit_within(seconds: float) -> None:
     start(later, ())
 
 
-def _interrupted(signum, frame) -> None:
+def _say_once() -> None:
+    """The line (once), paramiko silenced, and the process's end set for :data:`GRACE_SECONDS` later."""
+    if _said:
+        return
+    _said.append(True)
+    # the connections closed under it: paramiko's transport logs its broken read with a traceback
+    logging.getLogger("paramiko").setLevel(logging.CRITICAL + 1)
     # os.write, not click.echo: the signal may arrive while pyinfra's logger is inside a write to
     # the same buffered stderr, and a second write there raises "reentrant call" instead of exiting
-    if not _said:
-        _said.append(True)
-        # the connections closed under it: paramiko's transport logs its broken read with a traceback
-        logging.getLogger("paramiko").setLevel(logging.CRITICAL + 1)
-        text = "".join(click.style(line, fg="red") + "\n" for line in lines(ctx_state.get()))
-        os.write(sys.stderr.fileno(), text.encode())
-        _exit_within(GRACE_SECONDS)
-    sys.exit(EXIT_INTERRUPTED)
+    text = "".join(click.style(line, fg="red") + "\n" for line in lines(ctx_state.get()))
+    os.write(sys.stderr.fileno(), text.encode())
+    _exit_within(GRACE_SECONDS)
+
+
+def _interrupted(signum, frame) -> None:
+    """Python runs this in whichever greenlet runs Python code when the signal is checked: the run's
+    own (the main greenlet) exits at once; another (gevent's hub checks signals every 0.3 s while the
+    run waits on a host) throws the exit into the main greenlet, once. A ``SystemExit`` raised in the
+    hub itself would kill the hub under the run and end it in a traceback."""
+    _say_once()
+    main = _main[0] if _main else None
+    if main is None or gevent.getcurrent() is main:
+        _thrown.append(True)
+        sys.exit(EXIT_INTERRUPTED)
+    if not _thrown:
+        _thrown.append(True)
+        gevent.kill(main, SystemExit(EXIT_INTERRUPTED))
 
 
 def exit_nonzero_on_interrupt() -> None:
     """Make Ctrl-C end the run with status 130, a line per host saying what ran and what did not, and
-    the exit within :data:`GRACE_SECONDS`.
-
-    The Python-level handler runs only when the main greenlet runs Python code, which it does not
-    while it waits on a remote command (``sleep 30`` there would delay the exit by 30 s); gevent's
-    own signal watcher runs in the hub at once and throws the same exit into the main greenlet."""
+    the exit within :data:`GRACE_SECONDS`, whichever greenlet is running when the signal is checked."""
+    _main[:] = [gevent.getcurrent()]
     signal.signal(signal.SIGINT, _interrupted)
-    main = gevent.getcurrent()
-
-    def in_the_hub() -> None:
-        try:
-            _interrupted(signal.SIGINT, None)
-        except SystemExit as stop:
-            gevent.kill(main, stop)
-
-    while _watchers:  # config.py installed it first; deploy.py's main greenlet is the same one
-        _watchers.pop().cancel()
-    _watchers.append(gevent.signal_handler(signal.SIGINT, in_the_hub))

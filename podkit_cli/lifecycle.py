@@ -330,7 +330,7 @@ def up(inventory, host_names, wait):
     it starts a server that was stopped), then print each endpoint's client settings.
 
     \b
-    Exit codes: 0 every host serves, 1 a host could not be brought up.
+    Exit codes: 0 every host serves, 1 a host could not be brought up, 130 interrupted (Ctrl-C).
 
     \b
     podkit up inventories/runpod.py --host coder-1
@@ -340,21 +340,27 @@ def up(inventory, host_names, wait):
     from .hosts import load_targets
 
     started = time.time()
-    select = pod_selection(inventory)
-    problems: list[str] = []
-    names = host_names
-    if select is not None:
-        up_now, problems = resume(select, host_names, wait)
-        names = tuple(up_now)
-        for line in problems:
-            click.echo(line, err=True)
-        if not names:
-            raise click.ClickException("no pod is running to deploy to")
-    applied = apply_deploy(inventory, names, started)
-    if applied == EXIT_INTERRUPTED:
+    step = "before the deploy: no host was changed (a stopped pod asked to resume may be starting)"
+    try:
+        select = pod_selection(inventory)
+        problems: list[str] = []
+        names = host_names
+        if select is not None:
+            up_now, problems = resume(select, host_names, wait)
+            names = tuple(up_now)
+            for line in problems:
+                click.echo(line, err=True)
+            if not names:
+                raise click.ClickException("no pod is running to deploy to")
+        applied = apply_deploy(inventory, names, started)
+        if applied == EXIT_INTERRUPTED:
+            sys.exit(EXIT_INTERRUPTED)
+        if applied != 0:
+            raise click.ClickException(f"the deploy failed (see above); fix it and run podkit up {inventory} again")
+        step = f"after the deploy: the hosts serve; podkit client {inventory} prints their settings"
+        targets = load_targets(inventory, names) if select is None else quietly(lambda: load_targets(inventory, names))
+        emit_settings(client_settings(targets), {t.name: t.key for t in targets}, None, False, False)
+    except KeyboardInterrupt:
+        click.echo(f"podkit up: interrupted (Ctrl-C) {step}", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    if applied != 0:
-        raise click.ClickException(f"the deploy failed (see above); fix it and run podkit up {inventory} again")
-    targets = load_targets(inventory, names) if select is None else quietly(lambda: load_targets(inventory, names))
-    emit_settings(client_settings(targets), {t.name: t.key for t in targets}, None, False, False)
     sys.exit(1 if problems else 0)
