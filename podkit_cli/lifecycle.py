@@ -134,7 +134,8 @@ def status(inventory, host_names, as_json):
 
     \b
     Exit codes: 0 every host read and every program it promises runs, 1 a host could not be
-    read or has a problem (a program its supervisor does not run, a process outside it).
+    read or has a problem (a program its supervisor does not run, vLLM given up on or retried,
+    named with the cause from its log, a process outside the supervisor).
 
     \b
     podkit status inventories/runpod.py
