@@ -114,6 +114,7 @@ def test_bare_metal_an_idle_stop_is_undone_by_the_next_chat_with_the_key(serving
 
 
 BURST = 50
+BURST_IDLE_MINUTES = 0.1  # the shortest idle time a setting takes (6 s): the burst test waits the least
 
 
 def streamed_chat(edge: str, key: str) -> dict:
@@ -141,11 +142,11 @@ def test_bare_metal_a_burst_at_the_idle_stop_is_answered_by_the_woken_server(ser
     stop ran failed: 503s saying to start it with podkit up."""
     box = serving.box
     edge = f"http://127.0.0.1:{box.host_data()['podkit_edge_port']}"
-    applied = serving.apply("--data", f"podkit_idle_stop_minutes={IDLE_MINUTES}")
+    applied = serving.apply("--data", f"podkit_idle_stop_minutes={BURST_IDLE_MINUTES}")
     assert applied.rc == 0, applied.stderr[-3000:]
     assert streamed_chat(edge, serving.key())["done"]  # the idle clock starts again from this one
     marker = serving.podkit / "run" / "stopped.json"
-    deadline = time.monotonic() + IDLE_MINUTES * 60 + 60
+    deadline = time.monotonic() + BURST_IDLE_MINUTES * 60 + 60
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.005)
     assert marker.exists(), "the idle watcher never stopped the server"
@@ -173,3 +174,29 @@ def test_bare_metal_a_burst_at_the_idle_stop_is_answered_by_the_woken_server(ser
         f"\nburst at the idle stop: {len(answered)}/{BURST} answered by the woken server in {waited:.1f} s "
         f"({wake['requests_held']} held by the wake, which took {wake['seconds']:.1f} s)"
     )
+
+
+def test_a_vllm_that_cannot_start_fails_status_and_verify_with_the_cause_from_its_log(serving):
+    """An empty key file (vLLM takes an empty key for none: launch.sh refuses to start): supervisord
+    retries it (BACKOFF), then gives up (FATAL). status said "crashed" with exit 0 and verify passed
+    "programs supervised"; both now fail, naming the cause from the start's log."""
+    box, key_file = serving.box, serving.podkit / "secrets" / "api_key"
+    saved = key_file.read_text()
+    try:
+        key_file.write_text("")
+        box.supervisorctl("restart", "vllm")
+        deadline = time.monotonic() + 60
+        while "BACKOFF" not in (box.supervisorctl("status", "vllm").stdout) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        status = serving.cli("status", "inventories/sandbox.py")
+        verified = serving.cli("verify", "inventories/sandbox.py", "--json")
+    finally:
+        key_file.write_text(saved)
+    assert status.returncode == 1, status.stdout + status.stderr
+    assert "problem: vLLM is BACKOFF under supervisord (it exited and is retried): clients get 503" in status.stdout
+    assert "the API key file on the host is empty" in status.stdout, status.stdout
+    assert verified.returncode != 0
+    supervised = next(c for c in json.loads(verified.stdout)["sandbox"]["checks"] if c["name"] == "programs supervised")
+    assert not supervised["ok"] and "the API key file on the host is empty" in supervised["detail"], supervised
+    again = serving.apply()  # the deploy puts back what serves
+    assert again.rc == 0, again.stderr[-3000:]
