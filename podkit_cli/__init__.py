@@ -15,10 +15,24 @@
 
 from __future__ import annotations
 
-import click
+import os
+import signal
 
-from podkit import __version__
-from podkit.text import clean
+
+def _interrupted_at_start(_signum, _frame):  # no Python code of podkit's has run: say so, no traceback
+    os.write(2, b"interrupted (Ctrl-C) as podkit started: nothing ran\n")
+    os._exit(130)
+
+
+try:  # a Ctrl-C during the imports below (click, the command modules) ends quietly; restored after them
+    _SIGINT_BEFORE = signal.signal(signal.SIGINT, _interrupted_at_start)
+except ValueError:  # imported outside the main thread: it cannot take the signal, nor needs to
+    _SIGINT_BEFORE = None
+
+import click  # noqa: E402
+
+from podkit import __version__  # noqa: E402
+from podkit.text import clean  # noqa: E402
 
 
 class Podkit(click.Group):
@@ -59,6 +73,8 @@ def _register() -> None:
 
 
 _register()
+if _SIGINT_BEFORE is not None:  # each command's own Ctrl-C: click's "Aborted!" (podkit up: its own line)
+    signal.signal(signal.SIGINT, _SIGINT_BEFORE)
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ from podkit.text import clean
 
 from .hosts import Host, load_hosts
 from .output import emit, host_option
-from .pods import account, apply_deploy, pod_selection, pods_of, quietly, running
+from .pods import EXIT_INTERRUPTED, account, apply_deploy, pod_selection, pods_of, quietly, running
 
 
 def remote_status(host: Host) -> dict:
@@ -92,8 +92,9 @@ def status(inventory, host_names, as_json):
 
     \b
     Exit codes: 0 every host read and every program it promises runs, 1 a host could not be
-    read or has a problem (a program its supervisor does not run, a process outside it, a pod
-    that cannot stop itself when its idle stop is on).
+    read or has a problem (a program its supervisor does not run, vLLM given up on or retried,
+    named with the cause from its log, a process outside the supervisor, a pod that cannot stop
+    itself when its idle stop is on).
 
     \b
     podkit status inventories/runpod.py
@@ -270,7 +271,7 @@ def up(inventory, host_names, wait, move, any_gpu):
     on the volume) and verified before the old pod is terminated.
 
     \b
-    Exit codes: 0 every host serves, 1 a host could not be brought up.
+    Exit codes: 0 every host serves, 1 a host could not be brought up, 130 interrupted (Ctrl-C).
 
     \b
     podkit up inventories/runpod.py --host coder-1
@@ -281,28 +282,38 @@ def up(inventory, host_names, wait, move, any_gpu):
     from .hosts import load_targets
 
     started = time.time()
-    select = pod_selection(inventory)
-    problems: list[str] = []
-    names = host_names
-    if (move or any_gpu) and select is None:
-        raise click.BadParameter(
-            "--move and --any-gpu move RunPod pods: this inventory lists none", param_hint="--move"
-        )
-    if select is not None:
-        up_now, problems, lost = resume(select, host_names, wait, inventory)
-        if move and lost:
-            from .move import move_pods
+    step = "before the deploy: no host was changed (a stopped pod asked to start may be starting)"
+    try:
+        select = pod_selection(inventory)
+        problems: list[str] = []
+        names = host_names
+        if (move or any_gpu) and select is None:
+            raise click.BadParameter(
+                "--move and --any-gpu move RunPod pods: this inventory lists none", param_hint="--move"
+            )
+        if select is not None:
+            up_now, problems, lost = resume(select, host_names, wait, inventory)
+            if move and lost:
+                from .move import move_pods
 
-            moved, settled, failed = move_pods(inventory, lost, wait, any_gpu, started)
-            problems = [p for p in problems if not p.startswith(tuple(f"pod {n} (" for n in settled))] + failed
-            up_now += moved
-        names = tuple(up_now)
-        for line in problems:
-            click.echo(line, err=True)
-        if not names:
-            raise click.ClickException("no pod is running to deploy to")
-    if apply_deploy(inventory, names, started) != 0:
-        raise click.ClickException(f"the deploy failed (see above); fix it and run podkit up {inventory} again")
-    targets = load_targets(inventory, names) if select is None else quietly(lambda: load_targets(inventory, names))
-    emit_settings(client_settings(targets), {t.name: t.key for t in targets}, None, False, False)
+                step = "during the move: the old pod is kept until the new one verifies; podkit status says what runs"
+                moved, settled, failed = move_pods(inventory, lost, wait, any_gpu, started)
+                problems = [p for p in problems if not p.startswith(tuple(f"pod {n} (" for n in settled))] + failed
+                up_now += moved
+            names = tuple(up_now)
+            for line in problems:
+                click.echo(line, err=True)
+            if not names:
+                raise click.ClickException("no pod is running to deploy to")
+        applied = apply_deploy(inventory, names, started)
+        if applied == EXIT_INTERRUPTED:
+            sys.exit(EXIT_INTERRUPTED)
+        if applied != 0:
+            raise click.ClickException(f"the deploy failed (see above); fix it and run podkit up {inventory} again")
+        step = f"after the deploy: the hosts serve; podkit client {inventory} prints their settings"
+        targets = load_targets(inventory, names) if select is None else quietly(lambda: load_targets(inventory, names))
+        emit_settings(client_settings(targets), {t.name: t.key for t in targets}, None, False, False)
+    except KeyboardInterrupt:
+        click.echo(f"podkit up: interrupted (Ctrl-C) {step}", err=True)
+        sys.exit(EXIT_INTERRUPTED)
     sys.exit(1 if problems else 0)

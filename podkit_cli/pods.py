@@ -11,8 +11,10 @@ import io
 import os
 import runpy
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -79,16 +81,60 @@ def quietly(load):
         return load()
 
 
+#: After a Ctrl-C, seconds until the deploy is asked again (it ignores SIGINT until pyinfra and
+#: config.py take it), then until it is terminated, then killed: the exit's bound.
+FORWARD_EVERY, TERMINATE_AFTER, KILL_AFTER = 0.5, 6.0, 9.0
+EXIT_INTERRUPTED = 130
+
+
 def apply_deploy(inventory: str, names: tuple[str, ...], started: float | None = None) -> int:
     """``pyinfra -y INVENTORY deploy.py`` (limited to ``names``), its output on this terminal.
-    ``started``: when ``podkit up`` began, so each start's record holds its total from there."""
+    ``started``: when ``podkit up`` began, so each start's record holds its total from there.
+
+    Ctrl-C reaches pyinfra from the terminal as it reaches this process. pyinfra starts with SIGINT
+    ignored, so no Ctrl-C meets its imports (a traceback); its handler, then the deploy's
+    (``operations/interrupt.py``: a line per host saying what ran, exit 130), take it from there, and
+    the signal is passed on to it until it exits. One that has not exited :data:`TERMINATE_AFTER`
+    seconds after the Ctrl-C is terminated, then killed: the exit is bounded at every point.
+    Returns the deploy's exit status, :data:`EXIT_INTERRUPTED` after a Ctrl-C."""
     pyinfra = Path(sys.executable).parent / "pyinfra"
     found = str(inventory_file(inventory))
     argv = [str(pyinfra) if pyinfra.exists() else (shutil.which("pyinfra") or "pyinfra"), "-y", found, "deploy.py"]
     for name in names:
         argv += ["--limit", name]
     env = {**os.environ, UP_STARTED: f"{started:.3f}"} if started else None
-    return subprocess.run(argv, cwd=PROJECT_ROOT, stdout=sys.stderr, stderr=sys.stderr, env=env).returncode
+    asked: list[float] = []
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # what the child inherits, until pyinfra takes it
+    try:
+        child = subprocess.Popen(argv, cwd=PROJECT_ROOT, stdout=sys.stderr, stderr=sys.stderr, env=env)
+        signal.signal(signal.SIGINT, lambda _signum, _frame: asked.append(time.monotonic()))
+        forwarded = 0.0
+        while True:
+            try:
+                status = child.wait(timeout=0.1)
+                break
+            except subprocess.TimeoutExpired:
+                if not asked:
+                    continue
+            since = time.monotonic() - asked[0]
+            if since >= KILL_AFTER:
+                child.kill()
+            elif since >= TERMINATE_AFTER:
+                child.terminate()
+            elif since - forwarded >= FORWARD_EVERY:
+                child.send_signal(signal.SIGINT)
+                forwarded = since
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if asked:
+        what = "the deploy had finished" if status == 0 else "the deploy stopped"
+        click.echo(
+            f"podkit up: interrupted (Ctrl-C): {what} {time.monotonic() - asked[0]:.1f} s later (its lines above "
+            "say what ran); no client settings were printed: re-run podkit up",
+            err=True,
+        )
+        return EXIT_INTERRUPTED
+    return status
 
 
 @contextmanager

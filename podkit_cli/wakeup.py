@@ -36,7 +36,8 @@ class _Hook:
         self.hook = hook
 
     def request(self, path: str, headers) -> tuple[int, dict | None]:
-        return self.hook.request(path.split("?", 1)[0].rsplit("/", 1)[-1], headers.get("Authorization"))
+        name = path.split("?", 1)[0].rsplit("/", 1)[-1]
+        return self.hook.request(name, headers.get("Authorization"), headers.get("X-Api-Key"))
 
 
 def caddy_binary() -> str:

@@ -131,12 +131,18 @@ def orphan_check(info: ServerInfo, seconds: float) -> Check:
 
 
 def program_check(info: ServerInfo, seconds: float) -> Check:
-    """The supervisor runs, and runs every program it promises (the idle watcher's deadline, the
-    edge): a program it does not run is a failure with its last log line and the fix."""
+    """The supervisor runs, and runs every program it promises (vLLM, the idle watcher's deadline, the
+    edge): any program it does not say RUNNING is a failure, with its last log line (vLLM's: the cause
+    from its failed start) and the fix."""
     if info.programs is None:
         return Check("programs supervised", True, "not read (an older host answer)", seconds)
     problems = program_problems(
-        info.supervisor or "supervisord", info.supervisor_pid, info.programs, info.program_said or {}
+        info.supervisor or "supervisord",
+        info.supervisor_pid,
+        info.programs,
+        info.program_said or {},
+        server_tail=info.server_tail,
+        every=True,
     )
     if problems:
         return Check("programs supervised", False, "; ".join(problems), seconds, Outcome.ERROR)

@@ -68,6 +68,8 @@ class ServerInfo:
     #: what the idle watcher is told to stop ({"action", "pod_id", "idle_seconds"}) and its proof that a
     #: pod can stop itself ({"self_stop": ...}); None when the host was not read
     idle: dict[str, Any] | None = None
+    #: the server's failed start's log lines while its supervisor does not say it runs (the cause is read from them)
+    server_tail: list[str] | None = None
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -144,6 +146,7 @@ def parse_describe(host: str, settings: Settings, output: str) -> ServerInfo:
         programs=data.get("programs"),
         program_said=data.get("program_said"),
         idle=data.get("idle") if isinstance(data.get("idle"), dict) else None,
+        server_tail=data.get("server_tail") if isinstance(data.get("server_tail"), list) else None,
     )
     if not info.running:
         info.error = f"no vLLM server runs under {settings.supervisor} on this host"

@@ -47,10 +47,18 @@ def decide(keyed: bool, forward_open: bool, waking: bool, retry_at: float, now: 
     return "wake", None
 
 
-def keyed(authorization: str | None, key: str) -> bool:
-    """Whether an ``Authorization`` header holds the host's key (compared in constant time)."""
-    given = (authorization or "")[len("Bearer ") :] if (authorization or "").startswith("Bearer ") else ""
-    return bool(given) and hmac.compare_digest(given.encode(), key.encode())
+def _same(given: str | None, key: str) -> bool:
+    return bool(given) and hmac.compare_digest((given or "").encode(), key.encode())
+
+
+def keyed(authorization: str | None, key: str, x_api_key: str | None = None) -> bool:
+    """Whether the request holds the host's key as the edge takes it (compared in constant time):
+    ``Authorization: Bearer KEY``, or ``x-api-key: KEY`` alone (Claude Code's way); every key header
+    sent must hold the key."""
+    if authorization is None:
+        return _same(x_api_key, key)
+    given = authorization[len("Bearer ") :] if authorization.startswith("Bearer ") else ""
+    return _same(given, key) and (x_api_key is None or _same(x_api_key, key))
 
 
 def error(message: str, code: int = 503) -> dict[str, Any]:
@@ -81,14 +89,17 @@ class WakeHook:
         self.failed: dict[str, str] = {}
         self.wakes: list[dict[str, Any]] = []  # every wake: name, ok, said, seconds, held
 
-    def request(self, name: str, authorization: str | None) -> tuple[int, dict[str, Any] | None]:
-        """One request from the front: (HTTP status, JSON body or None); 200 lets it through."""
+    def request(
+        self, name: str, authorization: str | None, x_api_key: str | None = None
+    ) -> tuple[int, dict[str, Any] | None]:
+        """One request from the front, with its key headers: (HTTP status, JSON body or None); 200
+        lets it through."""
         if name not in self.keys:
             return 404, error(f"no host {name!r} behind this tunnel", 404)
         now = self.clock()
         with self.lock:
             action, why = decide(
-                keyed(authorization, self.keys[name]),
+                keyed(authorization, self.keys[name], x_api_key),
                 self.forward_open(name),
                 name in self.current,
                 self.retry_at.get(name, 0.0),
@@ -178,12 +189,24 @@ def front_caddyfile(fronts: list[Front], socket_path: str) -> str:
         upstream += ["\t\t}"]
         lines += [
             "",
-            f"# {name}: the host's edge through its SSH forward; a keyed /v1 request wakes it when it stopped",
+            f"# {name}: the host's edge through its SSH forward; a keyed /v1 request wakes it when it stopped.",
+            "# The key as the edge takes it: Authorization: Bearer, or x-api-key alone (passed on as the bearer",
+            "# key, which @api then checks); every key header sent must hold the key",
             f"http://127.0.0.1:{int(front.port)} {{",
             "\tbind 127.0.0.1",
+            "\t@xkey {",
+            "\t\tpath /v1/*",
+            "\t\theader X-Api-Key *",
+            "\t\tnot header Authorization *",
+            "\t}",
+            '\trequest_header @xkey Authorization "Bearer {http.request.header.X-Api-Key}"',
             "\t@api {",
             "\t\tpath /v1/*",
             f'\t\theader Authorization "Bearer {key}"',
+            "\t\tnot {",
+            "\t\t\theader X-Api-Key *",
+            f"\t\t\tnot header X-Api-Key {key}",
+            "\t\t}",
             "\t}",
             "\thandle @api {",
             "\t\troute {",

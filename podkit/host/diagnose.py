@@ -164,8 +164,36 @@ def current_start(log_lines: list[str]) -> list[str]:
     return log_lines
 
 
+#: The exception line a failed start ends with (``(EngineCore pid=1) ZeroDivisionError: integer division
+#: or modulo by zero``), and the wrappers that name no cause of their own.
+#: The line is the exception's own (a process's prefix and vLLM's ERROR stamp before it at most), not a
+#: warning that quotes one ("... fd limit errors like `OSError: [Errno 24] ...`").
+EXCEPTION = re.compile(
+    r"^\s*(?:\([\w.-]+(?: pid=\d+)?\)\s+)?(?:ERROR \S+ \S+ \[[^\]]*\]\s+)?"
+    r"((?:\w+\.)*\w*(?:Error|Exception|Interrupt)): (.+)$"
+)
+WRAPPERS = ("See root cause above", "Engine core initialization failed")
+#: When no rule matches: the last exception the start raised is its cause, in vLLM's own words.
+EXCEPTION_FIX = (
+    "if it is about the model (its config.json), use another model or revision; else fix the setting it names "
+    "and re-apply"
+)
+
+
+def last_exception(log_lines: list[str]) -> str | None:
+    """``Type: message`` of the last exception in ``log_lines`` that names a cause (the engine's
+    wrapper, "Engine core initialization failed. See root cause above.", does not), else the last
+    exception line, else None."""
+    found = [match for match in map(EXCEPTION.search, log_lines) if match]
+    causes = [match for match in found if not any(wrapper in match.group(2) for wrapper in WRAPPERS)]
+    for match in reversed(causes or found):
+        return f"{match.group(1)}: {match.group(2).strip()}"[:300]
+    return None
+
+
 def diagnose(log_lines: list[str]) -> Diagnosis | None:
-    """The first known failure found in the current start's part of ``log_lines`` (a log tail), or None."""
+    """The first known failure found in the current start's part of ``log_lines`` (a log tail); else
+    the start's last exception (a cause too, in vLLM's words); else None."""
     log_lines = current_start(log_lines)
     for _name, pattern, cause, fix in _COMPILED:
         for line in reversed(log_lines):
@@ -173,6 +201,9 @@ def diagnose(log_lines: list[str]) -> Diagnosis | None:
             if match:
                 start = max(0, match.start() - 40)
                 return Diagnosis(cause=cause, fix=fix, evidence=line[start : match.start() + 200].strip())
+    raised = last_exception(log_lines)
+    if raised:
+        return Diagnosis(cause=f"vLLM raised {raised.split(':', 1)[0]} at start", fix=EXCEPTION_FIX, evidence=raised)
     return None
 
 

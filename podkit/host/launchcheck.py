@@ -2,8 +2,10 @@
 
 Before any restart of vLLM the deploy sends ``podkit/remote/vllmcheck.py`` to the host, run by the
 interpreter that has the vLLM it will start, with the server's environment and the rendered
-``vllm serve`` arguments: vLLM's own parser and config validation say whether the launch can start,
-so what podkit refuses follows the installed version, with no list of flags kept here. It costs
+``vllm serve`` arguments: vLLM's own parser and config validation, and its model classes built
+from the checkpoint's config on the meta device (a change of model is proven as a change of flags
+is), say whether the launch can start, so what podkit refuses follows the installed version, with no
+list of flags kept here. It costs
 vLLM's import (seconds), so it runs only when a restart is due: a converged re-apply pays nothing,
 and neither does a launch the same vLLM accepted before (the host keeps their digests).
 
@@ -126,6 +128,12 @@ def refusal(settings: Settings, argv: list[str], result: CheckResult, package: s
         return (
             f"the installed {package} could not check the new launch ({result.error}); the running server was not "
             f"touched: repair the install (podkit_vllm_package / podkit_vllm_cpu_package) and re-apply"
+        )
+    if result.step == "model":
+        version = f"vLLM {result.version}" if result.version else package
+        return (
+            f"vllm_model: {version} cannot build {settings.model} from its config.json: {result.error}; "
+            "use another model or revision (the running server was not touched)"
         )
     setting = setting_for(settings, argv, result)
     what = {"arguments": "refuses the command line", "config": "refuses the engine config"}.get(

@@ -22,6 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from podkit.host.diagnose import last_exception
 from podkit.host.startup import STARTUP_NEEDLES, calibration_record, compare, parse_startup, plan_record, row_text
 from podkit.plan.checkpointfiles import METADATA_PATTERNS
 from podkit.settings import FLAGS
@@ -30,10 +31,6 @@ _HEREDOC = "PODKIT_MEASURE_EOF"
 
 #: Weight files: a measurement that fetched one of these broke its promise.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt")
-
-#: The exception line a failed start ends with (``(EngineCore_DP0 pid=1) ValueError: To serve ...``).
-_WRAPPERS = ("See root cause above", "Engine core initialization failed")
-_EXCEPTION = re.compile(r"\b((?:\w+\.)*\w*(?:Error|Exception)): (.+)$")
 
 
 def measure_argv(serve: list[str]) -> list[str]:
@@ -150,11 +147,9 @@ def vllm_reason(errors: list[str], tail: Sequence[str] = ()) -> str:
     """Why vLLM did not start, in its own words: the last exception line it printed (the KV cache
     it would need and the longest context that fits; the memory a warm-up asked for), else the last
     error line, else the last line."""
-    found = [match for match in map(_EXCEPTION.search, errors) if match]
-    # the engine's wrapper ("Engine core initialization failed. See root cause above.") names no cause
-    causes = [match for match in found if not any(wrapper in match.group(2) for wrapper in _WRAPPERS)]
-    for match in reversed(causes or found):
-        return f"{match.group(1)}: {match.group(2).strip()}"
+    raised = last_exception(errors)
+    if raised:
+        return raised
     for line in reversed(list(errors) or list(tail)):
         if line.strip():
             return line.strip()

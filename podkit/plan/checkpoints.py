@@ -6,6 +6,9 @@ From the hub this reads ``config.json``, the file list with sizes and the
 safetensors headers (parameters per dtype, through Range requests), never the
 weights. ``HF_TOKEN`` and ``HF_ENDPOINT`` are honoured (huggingface_hub reads
 them); a gated or missing repo is an error that says what to do.
+
+Every file is read through :mod:`podkit.plan.modelfiles`, which checks each number and type the
+plan reads (a hub repo is anyone's to publish), so a hostile one is a :class:`ModelError` line.
 """
 
 from __future__ import annotations
@@ -18,9 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from podkit.plan import modelfiles
 from podkit.plan.checkpointfiles import CONFIG, QUANT_CONFIG, support_files
+from podkit.plan.modelfiles import ModelError
+from podkit.text import clean
 
 FP8_DTYPES = ("F8_E4M3", "F8_E5M2", "F8_E4M3FN", "F8_E8M0")
+#: The files beside config.json that podkit reads (each checked by :mod:`podkit.plan.modelfiles`).
+QUANT_FILE, GENERATION_FILE, INDEX_FILE = QUANT_CONFIG, "generation_config.json", "model.safetensors.index.json"
 
 
 #: The config.json keys vLLM takes a model's context limit from (the smallest present wins).
@@ -34,10 +42,6 @@ POSITION_KEYS = (
     "max_seq_length",
     "seq_len",
 )
-
-
-class ModelError(LookupError):
-    """The model cannot be read; the message says why and what to do."""
 
 
 @dataclass
@@ -54,7 +58,7 @@ class Checkpoint:
     @property
     def quantization(self) -> str | None:
         q = self.quant_config or {}
-        return q.get("quant_method") or q.get("quant_algo") or q.get("quantization", {}).get("quant_algo")
+        return q.get("quant_method") or q.get("quant_algo") or (q.get("quantization") or {}).get("quant_algo")
 
     @property
     def is_fp8(self) -> bool:
@@ -138,61 +142,132 @@ def is_local(model: str) -> bool:
 
 
 def safetensors_dtypes(header: dict[str, Any]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        n = 1
-        for dim in info["shape"]:
-            n *= int(dim)
-        counts[info["dtype"]] = counts.get(info["dtype"], 0) + n
-    return counts
+    """Parameters per dtype in one safetensors header (checked: :func:`modelfiles.header`)."""
+    return modelfiles.header("a checkpoint", "a safetensors file", header)
 
 
-def read_safetensors_header(path: Path) -> dict[str, Any]:
+#: The largest safetensors header read (the format's own reader refuses past 100 MB).
+MAX_HEADER_BYTES = 100_000_000
+
+
+def read_safetensors_header(path: Path, model: str = "") -> dict[str, Any]:
+    """The JSON header of a local safetensors file, read within its bounds; ModelError otherwise."""
+    model = model or str(path.parent)
     with open(path, "rb") as handle:
-        (length,) = struct.unpack("<Q", handle.read(8))
-        return json.loads(handle.read(length))
+        raw = handle.read(8)
+        length = struct.unpack("<Q", raw)[0] if len(raw) == 8 else -1
+        if not 0 < length <= MAX_HEADER_BYTES:
+            raise modelfiles.refuse(
+                model, path.name, "header length", length, f"from 1 to {MAX_HEADER_BYTES} bytes (8 bytes first)"
+            )
+        data = handle.read(length)
+    if len(data) != length:
+        raise modelfiles.refuse(model, path.name, "header length", length, f"within the file ({len(data) + 8} bytes)")
+    return modelfiles.an_object(model, path.name, modelfiles.load_json(model, path.name, data), "header")
 
 
 def _quant_config(config: dict[str, Any], hf_quant: dict[str, Any] | None) -> dict[str, Any] | None:
     return config.get("quantization_config") or config.get("compression_config") or hf_quant
 
 
+def _read(root: Path, name: str) -> Any:
+    """File ``name`` of the folder ``root``, as strict JSON (:func:`modelfiles.load_json`)."""
+    try:
+        if (root / name).stat().st_size > modelfiles.MAX_JSON_BYTES:
+            raise ModelError(f"{root}: {name} is past {modelfiles.MAX_JSON_BYTES} bytes: {modelfiles.FIX}")
+        raw = (root / name).read_bytes()
+    except OSError as exc:
+        raise ModelError(f"{root}: cannot read {name} ({exc.strerror or exc}); check vllm_model") from None
+    return modelfiles.load_json(str(root), name, raw)
+
+
 def from_directory(path: str | Path) -> Checkpoint:
-    """A checkpoint in a local directory (on the controller)."""
+    """A checkpoint in a local directory (on the controller), every file podkit reads checked."""
     root = Path(path).expanduser()
     config_file = root / CONFIG
     if not config_file.is_file():
         raise ModelError(f"{root} has no config.json; point vllm_model at a checkpoint folder or a hub repo id")
-    files = {p.name: p.stat().st_size for p in root.iterdir() if p.is_file()}
-    config = json.loads(config_file.read_text())
-    hf_quant = json.loads((root / QUANT_CONFIG).read_text()) if QUANT_CONFIG in files else None
+    model = str(root)
+    files = modelfiles.file_sizes(model, {p.name: p.stat().st_size for p in root.iterdir() if p.is_file()})
+    config = modelfiles.config(model, _read(root, CONFIG))
+    hf_quant = modelfiles.quant(model, _read(root, QUANT_FILE)) if QUANT_FILE in files else None
+    if GENERATION_FILE in files:
+        modelfiles.generation(model, _read(root, GENERATION_FILE))
+    if INDEX_FILE in files:
+        modelfiles.index(model, _read(root, INDEX_FILE), files)
     dtypes: dict[str, int] = {}
     for name in needed_files(files, mistral_format=False):
         if name.endswith(".safetensors"):
-            for dtype, count in safetensors_dtypes(read_safetensors_header(root / name)).items():
+            header = read_safetensors_header(root / name, model)
+            for dtype, count in modelfiles.header(model, name, header).items():
                 dtypes[dtype] = dtypes.get(dtype, 0) + count
-    return Checkpoint(str(root), None, config, files, dtypes, _quant_config(config, hf_quant), local=True)
+    return Checkpoint(model, None, config, files, dtypes, _quant_config(config, hf_quant), local=True)
 
 
 def from_probe(path: str, data: dict[str, Any]) -> Checkpoint:
-    """A checkpoint in a directory on the host, as podctl's probe read it."""
+    """A checkpoint in a directory on the host, as podctl's probe read it (each file checked here:
+    podctl only reads them, and says which it could not)."""
+    data = data if isinstance(data, dict) else {}
+    unread = data.get("errors")
+    for name, why in sorted(unread.items() if isinstance(unread, dict) else []):
+        raise ModelError(f"{path} on the host: {name} {clean(why)[:200]}: {modelfiles.FIX}")
     if not data.get("config"):
         raise ModelError(f"{path} on the host has no readable config.json; check vllm_model")
-    return Checkpoint(
-        path,
-        None,
-        data["config"],
-        data["files"],
-        data.get("dtypes") or {},
-        _quant_config(data["config"], data.get("hf_quant_config")),
-        local=True,
-    )
+    files = modelfiles.file_sizes(path, data.get("files") or {})
+    config = modelfiles.config(path, data["config"])
+    hf_quant = data.get("hf_quant_config")
+    if hf_quant is not None:
+        hf_quant = modelfiles.quant(path, hf_quant)
+    if data.get("generation_config") is not None:
+        modelfiles.generation(path, data["generation_config"])
+    if data.get("index") is not None:
+        modelfiles.index(path, data["index"], files)
+    dtypes = modelfiles.parameter_counts(path, data.get("dtypes") or {})
+    return Checkpoint(path, None, config, files, dtypes, _quant_config(config, hf_quant), local=True)
+
+
+def _hub_json(api, repo: str, name: str, sha: str | None, files: dict[str, int] | None = None) -> Any:
+    """File ``name`` of a hub repo at commit ``sha``, as strict JSON (not fetched past its bound)."""
+    size = (files or {}).get(name, 0)
+    if size > modelfiles.MAX_JSON_BYTES:
+        raise ModelError(f"{repo}: {name} is {size} bytes (at most {modelfiles.MAX_JSON_BYTES}): {modelfiles.FIX}")
+    return modelfiles.load_json(repo, name, Path(api.hf_hub_download(repo, name, revision=sha)).read_bytes())
+
+
+def _hub_parameters(api, repo: str, sha: str | None, weights: list[str]) -> dict[str, int]:
+    """Parameters per dtype from the safetensors headers of ``weights`` (Range requests through the
+    hub client, a few at a time), each header checked by :func:`modelfiles.header`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def read(name: str) -> dict[str, int]:
+        try:
+            found = api.parse_safetensors_file_metadata(repo, name, revision=sha)
+            header = {tensor: {"dtype": info.dtype, "shape": info.shape} for tensor, info in found.tensors.items()}
+        except Exception as exc:  # a header the hub client cannot parse (hostile, cut short), or the network
+            raise ModelError(
+                f"{repo}: {name}'s safetensors header cannot be read ({type(exc).__name__}: {clean(exc)[:200]}): "
+                f"{modelfiles.FIX}, or check the network"
+            ) from None
+        return modelfiles.header(repo, name, header)
+
+    counts: dict[str, int] = {}
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for shard in pool.map(read, weights):
+            for dtype, count in shard.items():
+                counts[dtype] = counts.get(dtype, 0) + count
+    return counts
+
+
+def _weights(files: dict[str, int], mistral: bool) -> list[str]:
+    """The safetensors files vLLM would load (none: the plan says the checkpoint has none to serve)."""
+    try:
+        return [name for name in needed_files(files, mistral_format=mistral) if name.endswith(".safetensors")]
+    except ModelError:
+        return []
 
 
 def from_hub(model: str, *, api=None, token: str | None = None) -> Checkpoint:
-    """A hub checkpoint's metadata (no weights are downloaded)."""
+    """A hub checkpoint's metadata (no weights are downloaded), every file podkit reads checked."""
     from huggingface_hub import HfApi
     from huggingface_hub.errors import (
         EntryNotFoundError,
@@ -206,15 +281,21 @@ def from_hub(model: str, *, api=None, token: str | None = None) -> Checkpoint:
     api = api or HfApi(token=token or os.environ.get("HF_TOKEN") or None)
     try:
         info = api.model_info(repo, revision=revision, files_metadata=True)
-        files = {s.rfilename: int(s.size or 0) for s in info.siblings or []}
-        config = json.loads(Path(api.hf_hub_download(repo, CONFIG, revision=info.sha)).read_text())
-        hf_quant = None
-        if QUANT_CONFIG in files:
-            hf_quant = json.loads(Path(api.hf_hub_download(repo, QUANT_CONFIG, revision=info.sha)).read_text())
-        try:
-            params = dict(api.get_safetensors_metadata(repo, revision=info.sha).parameter_count)
-        except Exception:  # not a safetensors repo, or headers unreadable: sizes still plan
-            params = {}
+        files = modelfiles.file_sizes(repo, {s.rfilename: s.size or 0 for s in info.siblings or []})
+        config = modelfiles.config(repo, _hub_json(api, repo, CONFIG, info.sha, files))
+        hf_quant = (
+            modelfiles.quant(repo, _hub_json(api, repo, QUANT_FILE, info.sha, files)) if QUANT_FILE in files else None
+        )
+        if GENERATION_FILE in files:
+            modelfiles.generation(repo, _hub_json(api, repo, GENERATION_FILE, info.sha, files))
+        if INDEX_FILE in files:
+            modelfiles.index(repo, _hub_json(api, repo, INDEX_FILE, info.sha, files), files)
+        mistral = "params.json" in files and not any(
+            n.endswith(".safetensors") and not n.startswith("consolidated") for n in files
+        )
+        params = _hub_parameters(api, repo, info.sha, _weights(files, mistral))
+    except ModelError:
+        raise
     except HFValidationError:
         raise ModelError(f"{model!r} is neither a hub repo id (org/name[@revision]) nor an existing folder") from None
     except GatedRepoError:
@@ -230,11 +311,9 @@ def from_hub(model: str, *, api=None, token: str | None = None) -> Checkpoint:
     except Exception as exc:  # network: the client raises its HTTP library's errors
         endpoint = getattr(api, "endpoint", None) or os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
         raise ModelError(
-            f"cannot read {repo} from {endpoint} ({type(exc).__name__}: {exc}); check the network or HF_ENDPOINT"
+            f"cannot read {repo} from {endpoint} ({type(exc).__name__}: {clean(exc)[:200]}); "
+            "check the network or HF_ENDPOINT"
         ) from None
-    mistral = "params.json" in files and not any(
-        n.endswith(".safetensors") and not n.startswith("consolidated") for n in files
-    )
     return Checkpoint(repo, info.sha, config, files, params, _quant_config(config, hf_quant), mistral_format=mistral)
 
 

@@ -16,20 +16,111 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from podkit.plan import modelfiles
 from podkit.plan.architecture import Architecture
-from podkit.plan.memory import GIB, MemoryPlan, plan_memory
+from podkit.plan.memory import DTYPE_BYTES, GIB, MemoryPlan, plan_memory
 from podkit.plan.overheads import Overheads
+from podkit.text import clean
 
 #: A prediction within this share of the logged KV tokens counts as right.
 WITHIN = 0.05
 
 
-def load_cases(fixture: Path, calibration: Path | None = None) -> list[dict[str, Any]]:
-    """The public cases in ``fixture`` (a JSON list), then each ``calibration/*.json`` case, by name."""
+def load_cases(
+    fixture: Path, calibration: Path | None = None, skipped: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """The public cases in ``fixture`` (a JSON list), then each ``calibration/*.json`` case, by name.
+    A case sent back is data like any other: one that is not JSON or not a case the plan can be run
+    on (:func:`case_problem`) is left out, with one line naming its file and why in ``skipped``."""
     cases = list(json.loads(fixture.read_text()))
     if calibration is not None and calibration.is_dir():
-        cases += [json.loads(path.read_text()) for path in sorted(calibration.glob("*.json"))]
+        for path in sorted(calibration.glob("*.json")):
+            try:
+                case = modelfiles.load_json(path.name, "the case", path.read_bytes())
+                problem = case_problem(case)
+            except (OSError, modelfiles.ModelError) as exc:
+                problem = str(exc)
+            if problem:
+                (skipped if skipped is not None else []).append(f"{path.name}: skipped: {clean(problem)}")
+                continue
+            cases.append(case)
     return cases
+
+
+def _whole(low: int) -> Callable[[Any], Any]:
+    return modelfiles.count(low, 1 << 40, "a count")
+
+
+def _share(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError("a share in (0, 1]")
+    return float(value)
+
+
+def _gib(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e6:
+        raise ValueError("GiB from 0 to 1e6")
+    return float(value)
+
+
+def _one_of(*choices: Any) -> Callable[[Any], Any]:
+    def rule(value: Any) -> Any:
+        if value not in choices:
+            raise ValueError(f"one of {', '.join(map(repr, choices))}")
+        return value
+
+    return rule
+
+
+#: What the plan and the accuracy tables read of a case, each with its rule (null: absent).
+CASE_FIELDS: dict[str, Callable[[Any], Any]] = {
+    "model": modelfiles.text,
+    "vllm_version": modelfiles.text,
+    "gpu_memory_gib": _gib,
+    "gpu_memory_utilization": _share,
+    "gpu_count": _whole(1),
+    "tensor_parallel_size": _whole(1),
+    "pipeline_parallel_size": _whole(1),
+    "nodes": _whole(1),
+    "max_model_len": _whole(1),
+    "max_num_seqs": _whole(1),
+    "max_num_seqs_inferred": _whole(1),
+    "max_num_batched_tokens": _whole(1),
+    "kv_cache_groups": _whole(1),
+    "kv_cache_dtype": _one_of(*DTYPE_BYTES),
+    "fits": modelfiles.flag,
+    "multimodal": modelfiles.flag,
+    "calibration": _one_of("fit", "check"),
+    "logged": modelfiles.mapping,
+    "config": modelfiles.mapping,
+}
+LOGGED_FIELDS: dict[str, Callable[[Any], Any]] = {"model_weights_gib": _gib, "kv_cache_tokens": _whole(1)}
+
+
+def case_problem(case: Any) -> str | None:
+    """Why ``case`` (one reference case, as a user sent it back) cannot be counted, or None: an object
+    with a name (``id``), the fields the plan reads of the right type and range, a config that passes
+    the checkpoint's own checks (:func:`podkit.plan.modelfiles.config`), and, where accuracy is taken
+    on it, a plan that can be made from it."""
+    if not isinstance(case, dict):
+        return f"the case is {modelfiles.shown(case)}, which must be a JSON object"
+    name = case.get("id")
+    if not isinstance(name, str) or not name.strip() or len(name) > 200:
+        return f"its id is {modelfiles.shown(name)}, which must be a name (a string of 1 to 200 characters)"
+    try:
+        modelfiles.fields(name, "the case", case, CASE_FIELDS)
+        modelfiles.fields(name, "the case", case.get("logged") or {}, LOGGED_FIELDS, "logged.")
+        config = {k: v for k, v in (case.get("config") or {}).items() if v is not None}
+        modelfiles.config(name, config, "its config")
+        if measured(case):
+            predict(case)
+            logged_pool(case)
+            launch_name(case)
+    except modelfiles.ModelError as exc:
+        return str(exc)
+    except (ArithmeticError, LookupError, TypeError, ValueError) as exc:  # the plan could not be made from it
+        return f"{name}: the plan cannot be made from it ({type(exc).__name__}: {exc})"
+    return None
 
 
 def arch_of(case: dict[str, Any]) -> Architecture:
@@ -182,6 +273,7 @@ __all__ = [
     "accuracy_table",
     "arch_of",
     "attention_of",
+    "case_problem",
     "error",
     "kind_of",
     "launch_name",

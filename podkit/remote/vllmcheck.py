@@ -2,13 +2,17 @@
 
 Sent inline like podctl (``PYTHON - '<json>'``), but run by the interpreter that has vLLM (the
 venv's, or the system's), with the server's environment: it costs vLLM's import, so the deploy
-runs it only when a restart is due. Three steps, each vLLM's own code, none needing the GPU or
-the weights:
+runs it only when a restart is due. Four steps, each vLLM's own code, none needing the GPU's
+memory or the weights:
 
     arguments   ``vllm serve``'s own parser reads the command line and its validation runs
                 (an unknown flag, a bad value, a flag that needs another)
     config      ``AsyncEngineArgs.from_cli_args(...).create_engine_config()``: the model's
                 config against the context, the parallel sizes, the cache and device settings
+    model       the model's own classes built from its config.json on the meta device (no memory,
+                no weights; one process, tensor and pipeline parallel sizes of 1, whose splits the
+                config step checked): what a checkpoint's config breaks at start (a head count of 0,
+                heads that its KV heads do not divide) is refused here, with vLLM's own exception
     generation  the model's sampling defaults merged with ``--override-generation-config``,
                 as vLLM gives them to each request, built into vLLM's ``SamplingParams``
                 (what would answer every chat with a 400), and any key vLLM would ignore
@@ -100,6 +104,49 @@ def engine_config(args):
     return engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
 
 
+#: What the model step meets when the model's own code refuses its config (a division by a head count
+#: of 0, an assertion on the heads): a refusal. Anything else (a CUDA error, a kernel the meta device
+#: cannot take) is the check's limit, not the model's fault: the step says so and lets the launch pass.
+MODEL_REFUSALS = (ZeroDivisionError, AssertionError, ValueError, TypeError, KeyError, IndexError, OverflowError)
+
+
+def model_problem(config):
+    """``(None, None)`` when vLLM builds the model from ``config`` (a VllmConfig) on the meta device
+    in this one process; ``(None, its exception)`` when the model's code refuses the config (one of
+    :data:`MODEL_REFUSALS`); ``("skipped", why)`` when the step itself cannot run here (a vLLM without
+    these functions, a layer the meta device cannot take): the launch is not refused for that."""
+    import tempfile
+
+    store = tempfile.NamedTemporaryFile(prefix="podkit-vllmcheck-", delete=False)
+    store.close()
+    os.unlink(store.name)
+    try:
+        import torch
+        from vllm.config import set_current_vllm_config
+        from vllm.distributed import init_distributed_environment, initialize_model_parallel
+        from vllm.model_executor.model_loader.utils import initialize_model
+
+        parallel = config.parallel_config
+        for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "world_size"):
+            if isinstance(getattr(parallel, name, None), int):
+                setattr(parallel, name, 1)  # the splits were the config step's; one process builds it whole
+        with set_current_vllm_config(config):
+            init_distributed_environment(
+                world_size=1, rank=0, distributed_init_method="file://" + store.name, local_rank=0, backend="gloo"
+            )
+            initialize_model_parallel(1, 1)
+            with torch.device("meta"):
+                initialize_model(vllm_config=config)
+    except MODEL_REFUSALS as exc:
+        return None, "%s: %s" % (type(exc).__name__, _words(exc))
+    except Exception as exc:
+        return "skipped", "%s: %s" % (type(exc).__name__, _words(exc))
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(store.name)
+    return None, None
+
+
 def generation_problem(config, override):
     """Why the sampling defaults vLLM would give every request are refused by vLLM's own
     SamplingParams, or which keys of ``override`` vLLM does not read; None when they are fine."""
@@ -163,13 +210,19 @@ def check(cfg):
         config = engine_config(args)
     except Exception as exc:
         return {"ok": False, "step": config_step(args), "error": _words(exc), "version": version}
+    skipped, refused = model_problem(config)
+    if refused and not skipped:
+        return {"ok": False, "step": "model", "error": refused, "version": version}
     try:
         problem = generation_problem(config, cfg.get("generation"))
     except Exception as exc:
         problem = _words(exc)
     if problem:
         return {"ok": False, "step": "generation", "error": problem, "version": version}
-    return {"ok": True, "version": version, "seconds": round(time.monotonic() - start, 2)}
+    answer = {"ok": True, "version": version, "seconds": round(time.monotonic() - start, 2)}
+    if skipped:
+        answer["model_skipped"] = refused
+    return answer
 
 
 #: How many accepted launches the record keeps (the newest): enough for a host's settings to go back and forth.

@@ -207,10 +207,10 @@ class LocalHub:
         names: list[str] = []
         index = repo.files.get("model.safetensors.index.json")
         if index is not None:
-            try:
+            try:  # a hostile repo's index is served as it is, and counted as none here
                 weight_map = json.loads(Path(index.abspath).read_text()).get("weight_map", {})
-                names = sorted(set(weight_map.values()))
-            except (OSError, ValueError):
+                names = sorted(set(name for name in weight_map.values() if isinstance(name, str)))
+            except (OSError, ValueError, AttributeError, TypeError):
                 names = []
         if not names and "model.safetensors" in repo.files:
             names = ["model.safetensors"]
@@ -222,12 +222,12 @@ class LocalHub:
             f = repo.files.get(name)
             if f is None:
                 continue
-            try:
-                header = self._safetensors_header(f)
-            except (OSError, ValueError):
+            try:  # a hostile header is served as it is (the client reads it), and counted as none here
+                parameters = safetensors_parameter_counts(self._safetensors_header(f))
+            except (OSError, ValueError, LookupError):
                 continue
             found = True
-            for dtype, n in safetensors_parameter_counts(header).items():
+            for dtype, n in parameters.items():
                 counts[dtype] = counts.get(dtype, 0) + n
         if not found:
             return None

@@ -14,6 +14,7 @@ module already runs (a pod of its own here would cost the suite a minute more).
 """
 
 import json
+import threading
 import time
 
 import httpx
@@ -110,3 +111,92 @@ def test_bare_metal_an_idle_stop_is_undone_by_the_next_chat_with_the_key(serving
         f"/health, a proof completion) took {wake['seconds']:.1f} s; converged re-apply: {again.seconds:.1f} s, "
         f"{len(again.sessions)} remote command"
     )
+
+
+BURST = 50
+BURST_IDLE_MINUTES = 0.1  # the shortest idle time a setting takes (6 s): the burst test waits the least
+
+
+def streamed_chat(edge: str, key: str) -> dict:
+    """One keyed streaming chat through the edge: its status, Retry-After, message, and whether the stream ended."""
+    body = {"model": "tiny-coder", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True}
+    try:
+        with httpx.stream(
+            "POST", f"{edge}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=900
+        ) as answer:
+            text = "".join(answer.iter_text())
+            return {
+                "status": answer.status_code,
+                "retry_after": answer.headers.get("retry-after"),
+                "done": answer.status_code == 200 and text.rstrip().endswith("data: [DONE]"),
+                "text": text[-300:],
+            }
+    except httpx.HTTPError as exc:
+        return {"status": None, "retry_after": None, "done": False, "text": repr(exc)}
+
+
+def test_bare_metal_a_burst_at_the_idle_stop_is_answered_by_the_woken_server(serving):
+    """50 keyed streaming chats as the idle watcher stops vLLM (half as its marker appears, half over the
+    next 2.5 s: stopping, stopped, waking): each joins the one wake and is answered by the woken server.
+    Before, the hook's listen backlog of 5 refused part of such a burst, and a wake begun while the
+    stop ran failed: 503s saying to start it with podkit up."""
+    box = serving.box
+    edge = f"http://127.0.0.1:{box.host_data()['podkit_edge_port']}"
+    applied = serving.apply("--data", f"podkit_idle_stop_minutes={BURST_IDLE_MINUTES}")
+    assert applied.rc == 0, applied.stderr[-3000:]
+    assert streamed_chat(edge, serving.key())["done"]  # the idle clock starts again from this one
+    marker = serving.podkit / "run" / "stopped.json"
+    deadline = time.monotonic() + BURST_IDLE_MINUTES * 60 + 60
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert marker.exists(), "the idle watcher never stopped the server"
+    began = time.monotonic()
+    answers: list[dict] = []
+    threads = [
+        threading.Thread(target=lambda: answers.append(streamed_chat(edge, serving.key()))) for _ in range(BURST)
+    ]
+    for index, thread in enumerate(threads):
+        thread.start()
+        if index >= BURST // 2:
+            time.sleep(0.1)
+    for thread in threads:
+        thread.join(900)
+    waited = time.monotonic() - began
+    answered = [a for a in answers if a["done"]]
+    waking = [a for a in answers if a["status"] == 503 and a["retry_after"] and "waking" in a["text"]]
+    said = [a["text"] for a in answers if a not in answered and a not in waking]
+    assert not said, said[:3]  # every one answered, or told (with Retry-After) that it is waking
+    assert not any("podkit up" in a["text"] for a in answers)
+    assert len(answered) == BURST, f"{len(waking)} waking 503s"
+    wake = json.loads(serving.cli("status", "inventories/sandbox.py", "--json").stdout)["sandbox"]["wake"]
+    assert wake["ok"] and wake["requests_held"] >= BURST // 2
+    print(
+        f"\nburst at the idle stop: {len(answered)}/{BURST} answered by the woken server in {waited:.1f} s "
+        f"({wake['requests_held']} held by the wake, which took {wake['seconds']:.1f} s)"
+    )
+
+
+def test_a_vllm_that_cannot_start_fails_status_and_verify_with_the_cause_from_its_log(serving):
+    """An empty key file (vLLM takes an empty key for none: launch.sh refuses to start): supervisord
+    retries it (BACKOFF), then gives up (FATAL). status said "crashed" with exit 0 and verify passed
+    "programs supervised"; both now fail, naming the cause from the start's log."""
+    box, key_file = serving.box, serving.podkit / "secrets" / "api_key"
+    saved = key_file.read_text()
+    try:
+        key_file.write_text("")
+        box.supervisorctl("restart", "vllm")
+        deadline = time.monotonic() + 60
+        while "BACKOFF" not in (box.supervisorctl("status", "vllm").stdout) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        status = serving.cli("status", "inventories/sandbox.py")
+        verified = serving.cli("verify", "inventories/sandbox.py", "--json")
+    finally:
+        key_file.write_text(saved)
+    assert status.returncode == 1, status.stdout + status.stderr
+    assert "problem: vLLM is BACKOFF under supervisord (it exited and is retried): clients get 503" in status.stdout
+    assert "the API key file on the host is empty" in status.stdout, status.stdout
+    assert verified.returncode != 0
+    supervised = next(c for c in json.loads(verified.stdout)["sandbox"]["checks"] if c["name"] == "programs supervised")
+    assert not supervised["ok"] and "the API key file on the host is empty" in supervised["detail"], supervised
+    again = serving.apply()  # the deploy puts back what serves
+    assert again.rc == 0, again.stderr[-3000:]

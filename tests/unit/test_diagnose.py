@@ -61,6 +61,26 @@ def test_diagnosis_names_cause_fix_and_evidence():
     assert "estimated maximum model length is 1920" in found.evidence
 
 
+def test_an_exception_no_rule_knows_is_the_cause_in_vllms_own_words():
+    """vLLM 0.32 (CPU) starting a model whose config.json has num_attention_heads 0: the engine's
+    wrapper ("See root cause above") is not the cause, the ZeroDivisionError above it is."""
+    found = diagnose((LOGS / "model_config_zero_heads.log").read_text().splitlines())
+    assert found is not None and found.cause == "vLLM raised ZeroDivisionError at start"
+    assert found.evidence == "ZeroDivisionError: integer division or modulo by zero"
+    assert "use another model or revision" in found.fix
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "WARNING [system_utils.py:255] This can cause fd limit errors like `OSError: [Errno 24] Too many open files`.",
+        "INFO the word ValueError: in a sentence",
+    ],
+)
+def test_a_line_that_only_quotes_an_exception_is_no_cause(line):
+    assert diagnose([line]) is None
+
+
 def as_launch_sh_writes_it(text: str) -> str:
     """A recorded log with its start lines as launch.sh writes them now (the runner wrote them before)."""
     return text.replace("podkit-runner: starting vLLM: /w/podkit/bin/launch.sh", "podkit: starting vLLM")

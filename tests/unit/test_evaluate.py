@@ -229,6 +229,13 @@ def test_the_generation_config_comes_with_the_hosts_one_describe():
     )
     assert generation_config_of(found) == ({"temperature": 0.6}, "/vol/models/my model/generation_config.json")
     assert generation_config_of(ServerInfo("h"))[0] is None
+    # the model's own file is data: a sampling default out of range, or NaN, is no profile
+    for hostile, said in ((float("nan"), "nan"), ("hot", "'hot'"), (-1, "-1")):
+        odd = ServerInfo(
+            "h", generation_config={"path": "/m/generation_config.json", "config": {"temperature": hostile}}
+        )
+        config, why = generation_config_of(odd)
+        assert config is None and "generation_config.json temperature is " + said in why and "\n" not in why
     missing = ServerInfo("h", generation_config={"path": "/m/generation_config.json", "error": "No such file"})
     assert generation_config_of(missing) == (None, "/m/generation_config.json: No such file")
 

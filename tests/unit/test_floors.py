@@ -40,21 +40,21 @@ FLOORS: list[tuple[str, set[str]]] = [
     ("the deploy's roles: a server's path, a router's", {"roles"}),
     (
         "entry points, inventories and group data, and the test doubles (outside the product)",
-        {"deploy", "cli", "inventories", "group_data", "testing"},
+        {"deploy", "config", "cli", "inventories", "group_data", "testing"},
     ),
 ]
 #: Shipped to the host and run there by its own Python; anything may import its helpers.
 REMOTE = "podkit.remote"
 #: What a remote program may import beside the standard library: the Python it runs under has it
 #: (the detached download, the measured start and vLLM's check of a launch run on the Python that
-#: has vLLM, and so huggingface_hub).
+#: has vLLM, and so huggingface_hub and torch).
 RUNS_WITH = {
     "podkit.remote.fetch": {"huggingface_hub"},
     "podkit.remote.measure": {"huggingface_hub"},
-    "podkit.remote.vllmcheck": {"vllm"},
+    "podkit.remote.vllmcheck": {"vllm", "torch"},
 }
 #: The product: what ships (and the deploy and the shim that run it); testing/ is outside it.
-PRODUCT = ("podkit", "podkit_cli", "operations", "roles", "deploy", "cli")
+PRODUCT = ("podkit", "podkit_cli", "operations", "roles", "deploy", "config", "cli")
 #: The project's own code whose imports are checked (tests/, benchmarks/, scripts/ may import anything).
 CHECKED = (
     "podkit",
@@ -65,6 +65,7 @@ CHECKED = (
     "group_data",
     "testing",
     "deploy.py",
+    "config.py",
     "cli.py",
 )
 

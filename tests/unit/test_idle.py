@@ -306,6 +306,34 @@ def test_a_request_seen_on_the_second_look_keeps_the_server(tmp_path):
     assert stops == [] and json.loads((tmp_path / "idle.json").read_text())["in_flight"] == 1
 
 
+@pytest.mark.parametrize("busy", [False, True], ids=["nothing came", "a request reached vLLM before the marker"])
+def test_with_the_wake_hook_the_stop_is_held_against_and_looked_at_once_more(tmp_path, monkeypatch, busy):
+    """Bare metal with the wake hook: requests that come while the server stops are held by the hook
+    (they wake it once it is down); after the marker, the counters are read once more, and a request
+    that reached vLLM just before the marker keeps it serving (the marker goes, the held go through)."""
+    monkeypatch.setattr(idle, "LAST_LOOK_SECONDS", 0)
+    cfg = watcher_config(tmp_path, idle_seconds=5, waking_file=str(tmp_path / "waking.json"))
+    last = counts(running=1, prompt=3) if busy else counts()
+    readings = Readings(counts(), counts(), counts(), last)
+    stops, seen = [], []
+    watcher = idle.Watcher(cfg, readings.read, readings.now, stop=lambda: stops.append(1) or (True, "stopped vLLM"))
+
+    class Hook:
+        def stop_begins(self):
+            seen.append(("begins", os.path.exists(cfg["stopped_file"])))
+
+        def stop_done(self, stopped):
+            seen.append(("done", stopped))
+
+    watcher.hook = Hook()
+    watcher.tick()
+    readings.t += 5
+    watcher.tick()
+    assert seen == [("begins", False), ("done", not busy)]  # held from before the marker to the stop's end
+    assert stops == ([] if busy else [1]) and os.path.exists(cfg["stopped_file"]) is not busy
+    assert json.loads((tmp_path / "idle.json").read_text())["error"] is None
+
+
 @pytest.mark.proc
 def test_the_server_is_stopped_through_the_real_supervisord(pod):
     """action "server": supervisorctl stops vLLM (its launch script ends), the edge stays up, the

@@ -161,8 +161,11 @@ server.shell(name="Write the marker", commands=["touch {marker}"])
 
 
 @pytest.mark.proc
-def test_ctrl_c_during_a_deploy_exits_non_zero_and_says_what_is_left_undone(tmp_path):
-    """A real pyinfra run against a private sshd, sent SIGINT in its first operation."""
+@pytest.mark.parametrize("at", ["running", "opening"], ids=["as the host runs the command", "as the channel opens"])
+def test_ctrl_c_during_a_deploy_exits_non_zero_and_says_what_is_left_undone(tmp_path, at):
+    """A real pyinfra run against a private sshd, sent SIGINT in its first operation: while the host
+    runs its command, or at once after the operation's line, as pyinfra opens the command's channel
+    (a moment that once hung pyinfra for good: the exit is bounded now)."""
     import os
     import shutil
     import signal
@@ -199,21 +202,93 @@ def test_ctrl_c_during_a_deploy_exits_non_zero_and_says_what_is_left_undone(tmp_
         # and that pyinfra never exited: a fresh-clone run on a loaded machine hung here)
         sshd_pid = int(sshd.pid_file.read_text().split()[0])
         deadline = time.monotonic() + 30
-        while not _runs_under(sshd_pid, b"sleep\x0010\x00") and time.monotonic() < deadline:
+        while at == "running" and not _runs_under(sshd_pid, b"sleep\x0010\x00") and time.monotonic() < deadline:
             time.sleep(0.1)
         run.send_signal(signal.SIGINT)
+        sent = time.monotonic()
         try:
             rest, _ = run.communicate(timeout=90)
         except subprocess.TimeoutExpired:
             run.kill()
             rest = run.communicate()[0]
             pytest.fail(f"pyinfra did not exit within 90 s of SIGINT: {''.join(seen)[-2000:]}{rest[-2000:]}")
+        took = time.monotonic() - sent
         out = "".join(seen) + rest
         assert run.returncode == interrupt.EXIT_INTERRUPTED, out
     finally:
         sshd.stop()
-    assert "box: interrupted (Ctrl-C) with 2 operation(s) not done: Sleep a while; Write the marker" in out
-    assert not marker.exists()
+    assert "box: interrupted (Ctrl-C) after 0 operation(s) ran, with 2 not done: Sleep a while; Write the marker" in out
+    assert not marker.exists() and "Traceback" not in out
+    # the bound the handler states (its grace, then the process ends anyway), with room for a loaded machine
+    assert took < interrupt.GRACE_SECONDS + 5, f"{took:.1f} s from SIGINT to the exit"
+
+
+class _Meta:
+    def __init__(self, names):
+        self.names = names
+
+
+class _Op:
+    def __init__(self, done):
+        self.operation_meta = type("M", (), {"is_complete": lambda _: done})()
+
+
+class _Host:
+    def __init__(self, name):
+        self.name = name
+
+
+def _state(stage, done):
+    """A pyinfra State as interrupt.lines reads it: its stage, and one host's three operations, ``done`` of them run."""
+    from pyinfra.api.state import StateStage
+
+    host = _Host("box")
+    hashes = ["a", "b", "c"]
+    return type(
+        "State",
+        (),
+        {
+            "current_stage": getattr(StateStage, stage),
+            "inventory": [host],
+            "failed_hosts": set(),
+            "ops": {host: {h: _Op(i < done) for i, h in enumerate(hashes)}},
+            "get_op_order": lambda self: hashes,
+            "get_op_meta": lambda self, h: _Meta({f"Op {h}"}),
+        },
+    )()
+
+
+@pytest.mark.parametrize(
+    "stage, done, said",
+    [
+        ("Setup", 0, "interrupted (Ctrl-C) while pyinfra loaded the inventory: no host was reached"),
+        ("Connect", 0, "interrupted (Ctrl-C) while pyinfra connected to the hosts: no operation ran, nothing changed"),
+        (
+            "Prepare",
+            0,
+            "interrupted (Ctrl-C) while the deploy was planned (the probe, the preflight): no operation ran",
+        ),
+        ("Execute", 1, "box: interrupted (Ctrl-C) after 1 operation(s) ran, with 2 not done: Op b; Op c; the host"),
+        ("Execute", 3, "interrupted (Ctrl-C) after every operation ran"),
+        ("Disconnect", 3, "interrupted (Ctrl-C) after every operation ran, while pyinfra disconnected"),
+    ],
+)
+def test_the_ctrl_c_line_says_where_the_run_was_and_what_ran(stage, done, said):
+    """At "Loading: deploy.py" the line once said every operation ran when none had: the stage says."""
+    (line,) = interrupt.lines(_state(stage, done))
+    assert line.startswith(said), line
+
+
+def test_a_ctrl_c_before_pyinfra_made_its_state_says_no_host_was_reached():
+    assert interrupt.lines(None) == [
+        "interrupted (Ctrl-C) while pyinfra loaded the inventory: no host was reached: re-run the deploy"
+    ]
+
+
+def test_pyinfras_config_file_installs_the_handler_before_the_inventory_loads():
+    from tests.helpers import ROOT
+
+    assert "interrupt.exit_nonzero_on_interrupt()" in (ROOT / "config.py").read_text()
 
 
 def _runs_under(ancestor: int, cmdline: bytes) -> bool:

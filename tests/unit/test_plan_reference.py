@@ -20,6 +20,7 @@ the launches whose logs give everything (``FULL``) and printed with ``-s``.
 """
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -421,3 +422,71 @@ def test_a_kept_start_keeps_every_config_key_the_plan_reads():
         full = {k: v for k, v in case["config"].items() if v is not None}
         kept = {k: v for k, v in full.items() if k in architecture.CONFIG_KEYS}
         assert architecture.Architecture.from_config(kept) == architecture.Architecture.from_config(full), case["id"]
+
+
+def _a_case(**changes):
+    case = json.loads(json.dumps(BY_ID["qwen3-30b-a3b-h100-tp1-gmu095-maxlen8k-v0190-llmdplanner"]))
+    case.update({"id": "sent-back", **changes})
+    return case
+
+
+SENT_BACK = {
+    "not JSON": (b"{not json", "a.json: skipped: a.json: the case is not valid JSON"),
+    "NaN in it": (b'{"id": "x", "gpu_memory_gib": NaN}', "NaN is not a JSON number"),
+    "a list": (b"[1, 2]", "the case is [1, 2], which must be a JSON object"),
+    "no id": ({"config": {}}, "its id is None, which must be a name"),
+    "a config with no heads": (
+        _a_case(config={**_a_case()["config"], "num_attention_heads": 0}),
+        "sent-back: its config num_attention_heads is 0, which must be a whole number from 1 to 65536",
+    ),
+    "a string for the card's memory": (
+        _a_case(gpu_memory_gib="80"),
+        "sent-back: the case gpu_memory_gib is '80', which must be GiB from 0 to 1e6",
+    ),
+    "a utilization of 0": (_a_case(gpu_memory_utilization=0), "gpu_memory_utilization is 0, which must be a share"),
+    "a KV cache dtype the plan does not know": (_a_case(kv_cache_dtype="fp4"), "kv_cache_dtype is 'fp4'"),
+    "logged tokens that are negative": (
+        _a_case(logged={**_a_case()["logged"], "kv_cache_tokens": -5}),
+        "logged.kv_cache_tokens is -5, which must be a whole number",
+    ),
+    "logged as a list": (_a_case(logged=[1]), "logged is [1], which must be a JSON object"),
+}
+
+
+@pytest.mark.parametrize("content, said", SENT_BACK.values(), ids=list(SENT_BACK))
+def test_a_calibration_case_that_cannot_be_counted_is_named_and_skipped(tmp_path, content, said):
+    """A case sent back by a user is data too: a corrupt or hostile one in tests/fixtures/calibration/
+    is left out with one line naming its file, and the good ones beside it still count."""
+    folder = tmp_path / "calibration"
+    folder.mkdir()
+    (folder / "a.json").write_bytes(content if isinstance(content, bytes) else json.dumps(content).encode())
+    (folder / "b.json").write_text(json.dumps(_a_case(id="good")))
+    skipped = []
+    cases = load_cases(FIXTURES / "kv_reference_cases.json", folder, skipped)
+    assert [case["id"] for case in cases[-1:]] == ["good"] and len(cases) == len(
+        load_cases(FIXTURES / "kv_reference_cases.json")
+    ) + 1
+    assert len(skipped) == 1 and skipped[0].startswith("a.json: skipped: ") and said in skipped[0], skipped
+    assert "\n" not in skipped[0]
+    assert accuracy_table(cases)  # the docs' table is made from what is left
+
+
+def test_every_public_case_passes_the_checks_a_sent_back_one_must(tmp_path):
+    from podkit.plan.reference import case_problem
+
+    assert [case["id"] for case in CASES if case_problem(case)] == []
+
+
+def test_the_docs_build_names_a_bad_calibration_case_and_goes_on(tmp_path, monkeypatch, capsys):
+    from tests.helpers import load_docs_hooks
+
+    hooks = load_docs_hooks()
+    calibration = tmp_path / "calibration"
+    calibration.mkdir()
+    (calibration / "broken.json").write_text('{"id": "broken", "config": [')
+    (tmp_path / "kv_reference_cases.json").write_text((FIXTURES / "kv_reference_cases.json").read_text())
+    monkeypatch.setattr(hooks, "FIXTURES", tmp_path)
+    assert "| kind | launches |" in hooks._plan_accuracy()
+    assert "tests/fixtures/calibration/broken.json: skipped: broken.json: the case is not valid JSON" in (
+        capsys.readouterr().err
+    )

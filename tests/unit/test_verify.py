@@ -672,6 +672,7 @@ def test_routes_the_host_could_not_read_fail_the_edge_check_alone(stub):
 
 
 SUPERVISED = {"vllm": "RUNNING", "edge": "RUNNING", "idle": "RUNNING"}
+LOGS = Path(__file__).resolve().parent.parent / "fixtures" / "vllm_logs"
 
 
 @pytest.mark.parametrize(
@@ -698,8 +699,21 @@ SUPERVISED = {"vllm": "RUNNING", "edge": "RUNNING", "idle": "RUNNING"}
             False,
             "the idle watcher is FAILED",
         ),
-        ("supervisord", 4101, {**SUPERVISED, "idle": "STARTING"}, {}, True, "idle STARTING"),
+        # verify proves what runs now: a program starting is not running yet
+        ("supervisord", 4101, {**SUPERVISED, "idle": "STARTING"}, {}, False, "the idle watcher is STARTING"),
         ("supervisord", 4101, {"router": "BACKOFF", "edge": "RUNNING"}, {}, False, "the router is BACKOFF"),
+        # vLLM given up on, or crash-looping: the cause from its failed start's lines
+        (
+            "supervisord",
+            4101,
+            {**SUPERVISED, "vllm": "FATAL"},
+            {"vllm": "2025-11-29T03:33:10Z podkit: vLLM exited with status 1"},
+            False,
+            "vLLM is FATAL under supervisord (its supervisor gave up on it): clients get 503; vLLM raised "
+            "ZeroDivisionError at start",
+        ),
+        ("supervisord", 4101, {**SUPERVISED, "vllm": "BACKOFF"}, {}, False, "vLLM is BACKOFF under supervisord"),
+        ("supervisord", 4101, {**SUPERVISED, "vllm": "STOPPED"}, {}, False, "vLLM is STOPPED under supervisord"),
     ],
 )
 def test_a_program_its_supervisor_does_not_run_fails_verify_with_its_log_line_and_fix(
@@ -707,8 +721,12 @@ def test_a_program_its_supervisor_does_not_run_fails_verify_with_its_log_line_an
 ):
     from podkit.client.verify import program_check
 
+    tail = (LOGS / "model_config_zero_heads.log").read_text().splitlines()
     check = program_check(
-        ServerInfo("pod", supervisor=supervisor, supervisor_pid=pid, programs=programs, program_said=said), 0.1
+        ServerInfo(
+            "pod", supervisor=supervisor, supervisor_pid=pid, programs=programs, program_said=said, server_tail=tail
+        ),
+        0.1,
     )
     assert check.ok is ok and check.name == "programs supervised"
     assert check.detail.startswith(says) if not ok else says in check.detail, check.detail

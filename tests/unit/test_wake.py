@@ -114,7 +114,7 @@ def test_a_failed_wake_answers_503_with_why_and_is_not_tried_again_at_once(tmp_p
     hook = idle.Hook(cfg, waker=waker, clock=lambda: now[0])
     status, body = hook.request()
     assert status == 503 and body["error"]["message"] == (
-        "the server did not wake: supervisorctl start vllm exited 7: ERROR (spawn error)"
+        "the server on box did not wake: supervisorctl start vllm exited 7: ERROR (spawn error)"
     )
     # the marker is back (the edge keeps asking the hook), with why the wake failed
     assert json.loads(Path(cfg["stopped_file"]).read_text())["wake_error"].startswith("supervisorctl start")
@@ -132,11 +132,86 @@ def test_a_wake_slower_than_the_bound_answers_503_and_finishes_for_the_next_requ
     release = threading.Event()
     hook = idle.Hook(cfg, waker=lambda c, m: release.wait(10) and {"ok": True, "said": "ok", "seconds": 9})
     status, body = hook.request()
-    assert status == 503 and body["error"]["message"] == "the server on box is still waking after 0 s: try again"
+    assert (
+        status == 503 and body["error"]["message"] == "the server on box is still waking after 0 s: retry in a moment"
+    )
     release.set()
     while hook.current is not None:
         time.sleep(0.01)
     assert hook.request() == (200, None)
+
+
+def held(hook, count):
+    """``count`` requests sent to ``hook`` at once, each in its thread; their answers, once all are held."""
+    answers, threads = [], [threading.Thread(target=lambda: answers.append(hook.request())) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    while hook.current is None or hook.current["held"] < count:
+        time.sleep(0.01)
+    return answers, threads
+
+
+@pytest.mark.parametrize("stopped", [True, False], ids=["the stop happens", "the stop does not happen"])
+def test_requests_that_come_while_the_server_stops_wait_for_the_stop_then_the_wake(tmp_path, stopped):
+    """The watcher wrote the marker and stops vLLM: a request meanwhile is neither refused nor sent to
+    a server going down; it is held, and the wake begins once the stop is done. A stop that did not
+    happen (a request came as it was to stop) lets them through to the server that serves on."""
+    cfg = hook_config(tmp_path)
+    wakes = []
+
+    def waker(_cfg, found):
+        wakes.append(found)
+        return {"at": 1.0, "from": found, "ok": True, "said": "a 8-token completion", "seconds": 4.2}
+
+    hook = idle.Hook(cfg, waker=waker)
+    hook.stop_begins()
+    rest(cfg)
+    answers, threads = held(hook, 5)
+    assert wakes == [] and not os.path.exists(cfg["waking_file"])  # nothing starts while it stops
+    if not stopped:
+        os.unlink(cfg["stopped_file"])  # stop_on_purpose takes the marker back
+    hook.stop_done(stopped)
+    for thread in threads:
+        thread.join(10)
+    assert answers == [(200, None)] * 5
+    assert len(wakes) == (1 if stopped else 0) and hook.current is None
+    assert os.path.exists(cfg["wake_file"]) is stopped
+
+
+def test_the_hooks_socket_queues_a_burst_of_50_connections(tmp_path):
+    """Go's dialer (Caddy's) does not wait for a full Unix socket's backlog: it is refused at once. The
+    standard library's backlog of 5 refused part of 50 requests arriving together; the hook's queues them."""
+    server = idle._Server(str(tmp_path / "wake.sock"), BaseHTTPRequestHandler)  # listening, not accepting yet
+    clients = []
+    try:
+        for _ in range(50):
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.setblocking(False)  # as Go dials
+            clients.append(client)
+            client.connect(str(tmp_path / "wake.sock"))  # BlockingIOError (EAGAIN) past the backlog
+    finally:
+        for client in clients:
+            client.close()
+        server.server_close()
+    assert len(clients) == 50
+
+
+def test_the_hooks_answers_show_what_the_host_wrote_only_as_plain_text(tmp_path):
+    """A forged or odd stopped.json reaches the client through the hook's 503: one line, no escape
+    sequence or bidi override, never another stopper's words, the host named by the hook's own config."""
+    cfg = hook_config(tmp_path)
+    hostile = "\x1b]0;owned\x07\u202ebox\nrm -rf ~"
+    rest(cfg, by="\x1b[2Jsomeone", host=hostile)
+    status, body = idle.Hook(cfg).request()
+    assert status == 503 and body["error"]["message"] == (
+        "the server on box was stopped with a stop on purpose: start it with podkit up INVENTORY --host box"
+    )
+    rest(cfg, wake_error="vLLM \x1b[31msaid\x1b[0m\n\u2066no" + "x" * 500)
+    hook = idle.Hook(cfg)
+    hook.retry_at = time.time() + 30
+    message = hook.request()[1]["error"]["message"]
+    assert "\x1b" not in message and "\n" not in message and "\u2066" not in message and len(message) < 300
+    assert idle.plain(hostile) == "]0;owned box rm -rf ~"
 
 
 def test_a_waker_that_raises_still_answers_every_request(tmp_path):

@@ -82,3 +82,21 @@ def test_a_router_hosts_edge_has_no_hook():
     replica = Replica("r1", way_in("r1", {"ssh_hostname": "192.0.2.20"}), "coder", 18101, None)
     files = router_files(settings, replicas=[replica], way=way_in("router", {"ssh_hostname": "192.0.2.10"}))
     assert "forward_auth @resting" not in files["caddyfile"].content
+
+
+def test_a_keyed_request_that_met_vllms_port_closing_asks_the_hook_again():
+    """A request routed to vLLM just before the idle watcher's marker meets its port closing: the
+    error route asks the hook again (it joins the wake), so no keyed /v1 request is told to run
+    podkit up while the server stops, sleeps or wakes for idleness."""
+    caddyfile = render(CPU)["caddyfile"].content
+    errors = caddyfile.split("handle_errors 502 503 504 {", 1)[1]
+    rewake = errors[errors.index("@rewake {") : errors.index("@stopped file {")]
+    assert 'header Authorization "Bearer {env.PODKIT_API_KEY}"' in rewake
+    assert "try_files /stopped.json /waking.json" in rewake
+    assert rewake.index("forward_auth unix/{env.PODKIT_RUN_DIR}/wake.sock {") < rewake.index(
+        "reverse_proxy 127.0.0.1:8001 {"
+    )
+    assert "flush_interval -1" in rewake and "header_up -Authorization" in rewake
+    # the proxied answer keeps its own headers: the error answers' JSON type is set in their own blocks
+    assert "header Content-Type" not in rewake and "start it with podkit up" not in caddyfile
+    assert "a /v1 request with the key wakes it from an idle stop" in errors

@@ -38,11 +38,25 @@ def test_what_the_front_does_with_a_request(case):
 
 
 @pytest.mark.parametrize(
-    "header, ok",
-    [(f"Bearer {KEY}", True), (None, False), ("", False), ("Bearer ", False), ("Bearer sk-other", False), (KEY, False)],
+    "header, x_api_key, ok",
+    [
+        (f"Bearer {KEY}", None, True),
+        (None, None, False),
+        ("", None, False),
+        ("Bearer ", None, False),
+        ("Bearer sk-other", None, False),
+        (KEY, None, False),
+        # as the edge takes it: x-api-key alone (Claude Code), and every key header sent holds the key
+        (None, KEY, True),
+        (None, "sk-other", False),
+        (None, "", False),
+        (f"Bearer {KEY}", KEY, True),
+        (f"Bearer {KEY}", "sk-other", False),
+        ("Bearer sk-other", KEY, False),
+    ],
 )
-def test_the_key_is_the_bearer_key_and_nothing_else(header, ok):
-    assert keyed(header, KEY) is ok
+def test_the_key_is_taken_as_the_edge_takes_it(header, x_api_key, ok):
+    assert keyed(header, KEY, x_api_key) is ok
 
 
 class Host:
@@ -185,9 +199,10 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def post(port, key=None):
+def post(port, key=None, header="Authorization"):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    conn.request("POST", "/v1/chat/completions", body=b"{}", headers={"Authorization": f"Bearer {key}"} if key else {})
+    sent = {header: f"Bearer {key}" if header == "Authorization" else key} if key else {}
+    conn.request("POST", "/v1/chat/completions", body=b"{}", headers=sent)
     answer = conn.getresponse()
     return answer.status, json.loads(answer.read() or b"{}")
 
@@ -220,6 +235,10 @@ def test_caddy_holds_a_keyed_request_while_the_host_wakes_and_a_keyless_one_wake
         assert status == 200 and body == {"path": "/v1/chat/completions", "key": f"Bearer {KEY}"}
         assert len(upstream) == 1 and hook.wakes[0]["held"] == 1
         assert post(port, KEY)[0] == 200 and len(upstream) == 1
+        # the key as x-api-key alone, as the edge takes it: through, as the bearer key the edge checks
+        status, body = post(port, KEY, "X-Api-Key")
+        assert status == 200 and body["key"] == f"Bearer {KEY}"
+        assert post(port, "wrong", "X-Api-Key")[0] == 401
     finally:
         front.stop()
         for server in upstream:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from podkit.plan import modelfiles
+from podkit.text import clean
+
 #: Sampling profiles. top_k 0 means "off" in vLLM 0.32 and 0.33; top_k and
 #: repetition_penalty travel in ``extra_body`` (they are not OpenAI parameters).
 PROFILES: dict[str, dict[str, float]] = {
@@ -46,6 +49,10 @@ def generation_config_of(info) -> tuple[dict[str, Any] | None, str]:
     found = info.generation_config
     if found is None:
         return None, info.error or "the served model is not a folder on the host"
+    path = clean(found.get("path") or "generation_config.json")
     if "error" in found:
-        return None, f"{found['path']}: {found['error']}"
-    return found["config"], found["path"]
+        return None, f"{path}: {clean(found['error'])}"
+    try:  # the model's own file is data: a value vLLM would refuse is not sent as a profile
+        return modelfiles.generation(path, found.get("config")), path
+    except modelfiles.ModelError as exc:
+        return None, str(exc)

@@ -16,9 +16,21 @@ the client's request meanwhile:
   from its file on loopback); after a sleep the answer must be the one vLLM gave before it slept,
   else the server is restarted and proven again. Then the markers go and Caddy forwards the
   request. Requests that come meanwhile join the same wake.
+- being stopped for idleness (the watcher, in this same process, wrote the marker and stops vLLM
+  now): the request is held, and the wake begins as soon as the stop is done (a stop that did not
+  happen lets the held requests through to the server that still runs). Every keyed request that
+  comes while the server is stopping, stopped or waking joins the one wake, and is answered by the
+  woken server.
 - stopped with ``podkit down``: refused (503): the user stopped it, the GPU may be in other use.
-- a wake that does not prove itself within ``wake_timeout_seconds``: 503 with ``Retry-After``;
+- a wake that does not prove itself within ``wake_timeout_seconds`` of the request's arrival (the
+  bound; 600 s unless the deploy says): 503 with ``Retry-After`` saying the server is still waking;
   a failed wake is not tried again for :data:`RETRY_SECONDS`.
+
+The hook's socket takes a burst: its listen backlog is :data:`BACKLOG` (the standard library's 5
+refused part of 50 requests arriving at once, which Caddy then answered 502). A request that reached
+vLLM's port just as it closed (before the marker) gets the edge's error route, which asks the hook
+again (the Caddyfile's ``handle_errors``). What the host wrote (a marker's text, a failed wake's
+reason) reaches a client only through :func:`plain`: one line, no control or bidi character.
 
 The last wake (when, from which stop, how long, its proof, how many requests it held) is kept in
 ``wake_file`` for ``podkit status``. Standard library only, any Python 3.8+; the key is read only
@@ -28,6 +40,7 @@ for the proof, and never written or logged.
 import hashlib
 import json
 import os
+import re
 import socketserver
 import threading
 import time
@@ -41,31 +54,50 @@ from podkit.remote.idle.stops import log, read_json, remove, run_quiet, supervis
 PROOF = {"prompt": "def add(a, b):\n    return", "max_tokens": 8, "temperature": 0}
 RETRY_SECONDS = 30  # after a failed wake, requests are refused this long before the next try
 RETRY_AFTER = 60  # what a 503 tells the client, as the edge's own 503s do
+BACKLOG = 1024  # connections the hook's socket queues: a burst of keyed requests at a stop, every one held
+#: What :func:`plain` removes: C0 and C1 controls, DEL, and the bidi embeddings, overrides and isolates
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]+")
+
+
+def plain(text, most=200):
+    """Text the host wrote (a marker's field, a failed wake's reason) as a client may see it: a
+    string on one line, every control and bidi character (an escape sequence's ESC included) gone,
+    at most ``most`` characters."""
+    text = _UNSAFE.sub(" ", text if isinstance(text, str) else str(text))
+    text = " ".join(text.split())
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def decide(marker, waking, retry_at, now):
+def decide(marker, waking, retry_at, now, host=None, stopping=False):
     """What the hook does with one request, from the stopped marker (None: none), whether a wake
-    is under way, and until when a failed wake is not retried. Returns ``(action, why)``:
-    ``pass`` (nothing is stopped now), ``join`` (wait for the wake under way), ``wake``, or
-    ``refuse`` with the one line the client gets."""
+    is under way, until when a failed wake is not retried, and whether the watcher is stopping the
+    server for idleness right now. Returns ``(action, why)``: ``pass`` (nothing is stopped now),
+    ``join`` (wait for the wake under way), ``wake`` (at once, or once the stop is done), or
+    ``refuse`` with the one line the client gets. ``host``: the hook's own name for the host (the
+    marker's is a fallback; either is shown through :func:`plain`)."""
     if waking:
         return "join", None
     if not marker:
         return "pass", None
-    host = marker.get("host") or "this host"
+    host = plain(host or marker.get("host") or "this host", 80)
     if marker.get("by") != "idle":
+        by = "podkit down" if marker.get("by") == "podkit down" else "a stop on purpose"
         return "refuse", "the server on %s was stopped with %s: start it with podkit up INVENTORY --host %s" % (
             host,
-            marker.get("by") or "a stop on purpose",
+            by,
             host,
         )
     if marker.get("action") == "runpod":
         return "refuse", "the pod %s is stopping (idle): podkit tunnel --wake, or podkit up, starts it again" % host
+    if stopping:
+        return "wake", None
     if now < retry_at:
         return "refuse", "the server on %s did not wake (%s): trying again in %d s" % (
             host,
-            marker.get("wake_error") or "see logs/idle.log",
+            plain(marker.get("wake_error") or "see logs/idle.log"),
             retry_at - now,
         )
     return "wake", None
@@ -174,20 +206,22 @@ class Hook:
     def __init__(self, cfg, on_woke=None, waker=wake, clock=time.time):
         self.cfg, self.on_woke, self.waker, self.clock = cfg, on_woke, waker, clock
         self.lock = threading.Lock()
-        self.current = None  # {"done": Event, "record": dict, "held": int}
+        self.current = None  # {"done": Event, "record": dict, "held": int, "deferred": bool}
         self.retry_at = 0.0
+        self.stopping = False  # the watcher is stopping the server for idleness: a wake waits for it
 
     def request(self, path=None, headers=None):
         """One request from the edge (its path and headers are not needed): ``(HTTP status, JSON body or None)``; it returns when the
         request may go through (200), or with the reason it may not (503)."""
         arrived = self.clock()
+        host = self.cfg.get("host")
         with self.lock:
             marker = read_json(self.cfg["stopped_file"])
-            action, why = decide(marker, self.current is not None, self.retry_at, arrived)
+            action, why = decide(marker, self.current is not None, self.retry_at, arrived, host, self.stopping)
             if action == "wake":
-                self.current = {"done": threading.Event(), "record": None, "held": 0}
-                write_json(self.cfg["waking_file"], {"at": arrived, "from": marker})
-                threading.Thread(target=self._wake, args=(marker, self.current), daemon=True).start()
+                self.current = {"done": threading.Event(), "record": None, "held": 0, "deferred": self.stopping}
+                if not self.stopping:  # else it begins when the stop is done (:meth:`stop_done`)
+                    self._begin(marker, arrived)
             current = self.current
             if current is not None:
                 current["held"] += 1
@@ -197,12 +231,43 @@ class Hook:
             return 503, refusal(why)
         assert current is not None  # a request that waits joins the wake under way
         bound = float(self.cfg.get("wake_timeout_seconds") or 600)
-        if not current["done"].wait(bound):
+        if not current["done"].wait(max(0.0, arrived + bound - self.clock())):
             return 503, refusal(
-                "the server on %s is still waking after %d s: try again" % (self.cfg.get("host"), bound)
+                "the server on %s is still waking after %d s: retry in a moment" % (plain(host or "this host"), bound)
             )
         record = current["record"]
-        return (200, None) if record["ok"] else (503, refusal("the server did not wake: %s" % record["said"]))
+        if record["ok"]:
+            return 200, None
+        return 503, refusal("the server on %s did not wake: %s" % (plain(host or "this host"), plain(record["said"])))
+
+    def _begin(self, marker, at):
+        """Start the wake of ``self.current`` in its own thread (the lock held)."""
+        write_json(self.cfg["waking_file"], {"at": at, "from": marker})
+        threading.Thread(target=self._wake, args=(marker, self.current), daemon=True).start()
+
+    def stop_begins(self):
+        """The watcher is about to stop the server for idleness: requests from now on wait for that
+        stop, then for the wake it calls for."""
+        with self.lock:
+            self.stopping = True
+
+    def stop_done(self, stopped):
+        """The watcher's stop ended. A wake requests asked for meanwhile begins now; a stop that did
+        not happen (``stopped`` false: vLLM still serves, the marker is gone) lets them through."""
+        with self.lock:
+            self.stopping = False
+            current = self.current
+            if current is None or not current.get("deferred"):
+                return
+            current["deferred"] = False
+            marker = read_json(self.cfg["stopped_file"])
+            if stopped and marker:
+                self._begin(marker, self.clock())
+                return
+            current["record"] = {"ok": True, "said": "the idle stop did not happen: vLLM serves on"}
+            current["record"]["requests_held"] = current["held"]
+            self.current = None
+        current["done"].set()
 
     def _wake(self, marker, current):
         try:
@@ -230,6 +295,7 @@ def refusal(message):
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
+    request_queue_size = BACKLOG  # socketserver's default of 5 refused part of a burst
 
     def handle_error(self, request, _client_address):  # Caddy closing a kept-alive connection: no trace
         pass
@@ -297,6 +363,7 @@ def start_hook(watcher):
             log("could not wake vLLM: %s" % record.get("said"))
 
     remove(cfg["waking_file"])  # a wake this process did not finish is no wake
-    server = serve_hook(Hook(cfg, on_woke=woke), cfg["wake_socket"])
+    watcher.hook = Hook(cfg, on_woke=woke)
+    server = serve_hook(watcher.hook, cfg["wake_socket"])
     log("the wake hook listens on %s: a request with the key wakes vLLM" % cfg["wake_socket"])
     return server

@@ -22,6 +22,11 @@ from podkit.remote.idle.stops import (
 )
 from podkit.remote.idle.wake import asleep, rest_server, sleeps, start_hook
 
+#: Seconds between the stop marker and the last look at vLLM's counters: a request the edge sent to vLLM
+#: just before the marker has reached its engine by then (milliseconds on loopback)
+LAST_LOOK_SECONDS = 0.5
+BUSY = "a request came as the server was to stop: it serves on, and the idle clock starts again"
+
 
 class Watcher:
     def __init__(self, cfg, read=None, clock=time.time, stop=None):
@@ -38,6 +43,7 @@ class Watcher:
             self.source, self.read = cfg["metrics_url"], read or read_counts
         self.stop = stop or (lambda: stop_pod(cfg) if cfg.get("action") == "runpod" else rest_server(cfg, stop_server))
         self.retry_at = 0.0
+        self.hook = None  # the wake hook (bare metal): podkit.remote.idle.wake.start_hook sets it
         self.last_error = None
         #: the proof that the pod can stop itself (a read of the pod with its own key), and when to prove it again
         self.self_stop = None
@@ -102,7 +108,19 @@ class Watcher:
     def act(self, now):
         why = self.clock.why()
         how = "sleep" if sleeps(self.cfg) else "stop"
-        ok, said = stop_on_purpose(self.cfg, "idle", why, self.stop, at=now, how=how)
+        hook = self.hook
+        if hook is None:
+            ok, said = stop_on_purpose(self.cfg, "idle", why, self.stop, at=now, how=how)
+        else:  # requests that come while it stops are held by the hook, and wake it once it is down
+            hook.stop_begins()
+            ok, said = False, BUSY
+            try:
+                ok, said = stop_on_purpose(self.cfg, "idle", why, self.stop_unless_busy, at=now, how=how)
+            finally:
+                hook.stop_done(ok)
+        if said == BUSY:
+            log(said)
+            return
         if ok:
             log("%s: %s" % (why, said))
             self.last_error = None
@@ -112,6 +130,14 @@ class Watcher:
         self.last_error = said
         self.retry_at = now + float(self.cfg.get("retry_seconds") or 300)
         log("%s, but could not stop: %s (trying again in %d s)" % (why, said, self.retry_at - now))
+
+    def stop_unless_busy(self):
+        """The stop once the marker is written, after one look more at vLLM's counters: a request that
+        reached vLLM before the marker sent the next ones to the wake hook keeps it serving."""
+        time.sleep(LAST_LOOK_SECONDS)
+        if not self.clock.observe(self.now(), self.read(self.source)):
+            return False, BUSY
+        return self.stop()
 
     def run(self):
         minutes = self.clock.idle_seconds / 60.0

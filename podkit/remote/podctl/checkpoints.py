@@ -8,43 +8,97 @@ import os
 from podkit.remote.podctl.base import log_lines, pid_alive, read_json, read_text
 
 
+def strict_json(handle):
+    """JSON as it is written: NaN, Infinity and a number past a float's reach are refused (ValueError)."""
+
+    def no_constant(literal):
+        raise ValueError("%s is not a JSON number" % literal)
+
+    def finite_float(literal):
+        number = float(literal)
+        if number != number or number in (float("inf"), float("-inf")):
+            raise ValueError("%s is past what a number can hold" % literal[:60])
+        return number
+
+    return json.loads(handle.read(), parse_constant=no_constant, parse_float=finite_float)
+
+
 def safetensors_dtypes(path):
+    """(parameters per dtype, None) of one safetensors file's header, or (None, why it cannot be read):
+    the controller refuses a checkpoint whose header is malformed (podkit/plan/modelfiles.py)."""
     counts = {}  # type: dict[str, int]
     try:
         with open(path, "rb") as handle:
             length = int.from_bytes(handle.read(8), "little")
-            if length > 100 * 1024 * 1024:
-                return counts
-            header = json.loads(handle.read(length))
-    except (OSError, ValueError):
-        return counts
+            if not 0 < length <= 100 * 1024 * 1024:
+                return None, "has a header length of %d bytes (from 1 to 100 MB)" % length
+            raw = handle.read(length)
+            if len(raw) != length:
+                return None, "is cut short within its header"
+            header = json.loads(raw, parse_constant=lambda literal: float("nan"))
+    except (OSError, ValueError, RecursionError) as exc:
+        return None, "has a header that is not JSON (%s)" % str(exc)[:120]
+    if not isinstance(header, dict):
+        return None, "has a header that is not a JSON object"
     for name, info in header.items():
         if name == "__metadata__":
             continue
+        shape = info.get("shape") if isinstance(info, dict) else None
+        dtype = info.get("dtype") if isinstance(info, dict) else None
+        if not isinstance(dtype, str) or not isinstance(shape, list):
+            return None, "has tensor %s without a dtype and a shape" % json.dumps(name)[:80]
         n = 1
-        for dim in info.get("shape", []):
+        for dim in shape:
+            if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim <= 1 << 40:
+                return None, "has tensor %s of shape %s (whole dimensions only)" % (
+                    json.dumps(name)[:80],
+                    json.dumps(shape)[:80],
+                )
             n *= dim
-        counts[info.get("dtype")] = counts.get(info.get("dtype"), 0) + n
-    return counts
+        counts[dtype] = counts.get(dtype, 0) + n
+    return counts, None
+
+
+MAX_JSON_BYTES = 16 * 1024 * 1024  # as podkit/plan/modelfiles.py: a config is kilobytes
+#: The JSON files of a checkpoint folder podkit reads, by the key the probe answers them under.
+JSON_FILES = (
+    ("config", "config.json"),
+    ("hf_quant_config", "hf_quant_config.json"),
+    ("generation_config", "generation_config.json"),
+    ("index", "model.safetensors.index.json"),
+)
 
 
 def model_dir(path):
-    """Metadata of a checkpoint folder on this host: config, file sizes, weight dtypes."""
+    """Metadata of a checkpoint folder on this host: config and the other JSON files podkit reads,
+    file sizes, weight dtypes; ``errors``: each file that is there but cannot be read, and why (the
+    controller checks what was read: podkit/plan/modelfiles.py)."""
     if not path or not os.path.isdir(path):
         return None
-    files = {e.name: e.stat().st_size for e in os.scandir(path) if e.is_file()}
-    dtypes = {}  # type: dict[str, int]
-    result = {"files": files, "config": None, "hf_quant_config": None, "dtypes": dtypes}
-    for key, name in (("config", "config.json"), ("hf_quant_config", "hf_quant_config.json")):
+    files = dict((e.name, e.stat().st_size) for e in os.scandir(path) if e.is_file())
+    result = {"files": files, "dtypes": {}, "errors": {}}  # type: dict
+    for key, name in JSON_FILES:
+        result[key] = None
+        if name not in files:
+            continue
+        if files[name] > MAX_JSON_BYTES:
+            result["errors"][name] = "is %d bytes (at most %d)" % (files[name], MAX_JSON_BYTES)
+            continue
         try:
-            with open(os.path.join(path, name)) as handle:
-                result[key] = json.load(handle)
-        except (OSError, ValueError):
-            pass
-    for name in files:
+            with open(os.path.join(path, name), encoding="utf-8") as handle:
+                result[key] = strict_json(handle)
+        except OSError as exc:
+            result["errors"][name] = "cannot be read (%s)" % (exc.strerror or exc)
+        except (ValueError, RecursionError) as exc:
+            result["errors"][name] = "is not valid JSON (%s)" % str(exc)[:120]
+    for name in sorted(files):
         if name.endswith(".safetensors") and not name.startswith("consolidated"):
-            for dtype, count in safetensors_dtypes(os.path.join(path, name)).items():
-                dtypes[dtype] = dtypes.get(dtype, 0) + count
+            counts, why = safetensors_dtypes(os.path.join(path, name))
+            if why:
+                result["errors"][name] = why
+                continue
+            for dtype, count in counts.items():
+                result["dtypes"][dtype] = result["dtypes"].get(dtype, 0) + count
     return result
 
 

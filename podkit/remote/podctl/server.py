@@ -100,6 +100,24 @@ def failed_start_lines(path):
     return []
 
 
+#: The server programs whose log tail status and verify read when the supervisor does not say they run
+SERVER_PROGRAMS = ("vllm", "router")
+
+
+def server_tail(cfg, runner, count=200):
+    """The lines of the server's last failed start (else its current start's), clipped, when its
+    supervisor says it does not run: the controller names the cause from them (``podkit.host.diagnose``).
+    None while it runs, or where no server program has a log."""
+    logs = cfg.get("program_logs") or {}
+    for name in SERVER_PROGRAMS:
+        if name in logs:
+            if runner["programs"].get(name) in ("RUNNING", "ACTIVE"):
+                return None
+            lines = failed_start_lines(logs[name]) or start_lines(logs[name], count)
+            return [line[-500:] for line in lines[-count:]]
+    return None
+
+
 def lasting_failure(lines, patterns):
     """The first line of ``lines`` that one of ``patterns`` (regular expressions, ignoring case) finds:
     a failure every start of the same launch meets again; None when no pattern matches."""

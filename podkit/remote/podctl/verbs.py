@@ -50,6 +50,7 @@ from podkit.remote.podctl.server import (
     refused_requests,
     router_workers,
     serve_args,
+    server_tail,
     start_lines,
     startup_lines,
     startup_plans,
@@ -216,6 +217,7 @@ def describe(cfg):
         "supervisor_pid": runner["pid"],
         "programs": runner["programs"],
         "program_said": program_said(cfg, runner),
+        "server_tail": server_tail(cfg, runner),
         # a router host: each replica, and whether the router has it in (its own health checks)
         "router": router_workers(cfg) if cfg.get("replicas_file") else None,
         # what the idle watcher is told to stop, and its proof that a pod can stop itself
@@ -276,6 +278,7 @@ def status(cfg):
         "startup_plans": startup_plans(cfg.get("startup_plans")),
         "refused": refused_requests(cfg["access_log"]) if cfg.get("access_log") else None,
         **supervision(cfg, runner),
+        "server_tail": server_tail(cfg, runner),
     }
 
 
