@@ -113,8 +113,8 @@ def test_the_docs_site_shows_the_generated_sections():
 
 # --- podkit client --for AGENT -------------------------------------------------------------
 
-BOX = {"ssh_hostname": "192.0.2.10", "vllm_served_model_name": "coder", "podkit_tls": "off"}
-POD = {"ssh_hostname": "192.0.2.11", "vllm_served_model_name": "coder", "vllm_max_model_len": 32768}
+BOX = {"ssh_hostname": "10.192.0.10", "vllm_served_model_name": "coder", "podkit_tls": "off"}
+POD = {"ssh_hostname": "10.192.0.11", "vllm_served_model_name": "coder", "vllm_max_model_len": 32768}
 FAR = {"ssh_hostname": "127.0.0.1", "ssh_port": 1, "vllm_max_model_len": "auto"}
 
 
@@ -126,7 +126,7 @@ def test_help_lists_every_agent():
 def test_for_codex_prints_the_file_and_says_where_it_goes(tmp_path):
     result = podkit(tmp_path, "client", write_inventory(tmp_path, {"box": BOX}), "--for", "codex")
     assert result.exit_code == 0, result.output
-    assert tomllib.loads(result.stdout)["model_providers"]["podkit"]["base_url"] == "http://192.0.2.10:8000/v1"
+    assert tomllib.loads(result.stdout)["model_providers"]["podkit"]["base_url"] == "http://10.192.0.10:8000/v1"
     err = result.stderr.splitlines()
     assert "# codex: write this to ~/.codex/config.toml" in err
     assert f'#   export PODKIT_API_KEY="$(cat {tmp_path}/api_key)"' in err
@@ -149,7 +149,7 @@ def test_file_and_exports_pick_one_part(tmp_path):
     second = podkit(tmp_path, "client", inv, "--for", "aider", "--file", ".aider.model.settings.yml")
     assert second.exit_code == 0 and yaml.safe_load(second.stdout)[0]["extra_params"] == {"max_tokens": 8192}
     exports = podkit(tmp_path, "client", inv, "--for", "aider", "--exports")
-    assert evaluated(exports.stdout)["OPENAI_BASE_URL"] == "http://192.0.2.10:8000/v1"
+    assert evaluated(exports.stdout)["OPENAI_BASE_URL"] == "http://10.192.0.10:8000/v1"
     hermes = podkit(tmp_path, "client", inv, "--for", "hermes", "--exports")
     assert evaluated(hermes.stdout)["PODKIT_API_KEY"] == KEY
     wrong = podkit(tmp_path, "client", inv, "--for", "aider", "--file", "x.yml")

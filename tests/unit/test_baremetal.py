@@ -45,7 +45,9 @@ def test_inventory_loads_the_same_in_the_cli_and_in_pyinfra():
     assert theirs["gpu-box-2"]["data"]["podkit_volume"] == "/data/vllm"  # the host's own wins
     for entry in theirs.values():
         data = entry["data"]
-        assert data["ssh_user"] != "root" and data["ssh_hostname"].startswith("192.0.2.")  # RFC 5737 examples
+        assert data["ssh_user"] != "root" and data["ssh_hostname"].startswith(
+            "192.0.2."
+        )  # the example inventory names RFC 5737 addresses
         assert data["vllm_tensor_parallel_size"] is None and data["podkit_supervisor"] == "supervisord"
         # clients come in directly: HTTPS from the edge's own CA, on the edge's port
         way = way_in(name, data)
@@ -96,7 +98,7 @@ def files_for(volume: str, **data):
         package=PackageSpec("vllm", "0.33.0"),
         vllm_bin="/v/bin/vllm",
         launch=HostPlan(settings.model, 4096, 2, None, None),
-        way=way_in("gpu-box-1", {"ssh_hostname": "192.0.2.10"}),
+        way=way_in("gpu-box-1", {"ssh_hostname": "10.192.0.10"}),
         user="ubuntu",
         group="gpu",
     )
@@ -111,7 +113,7 @@ def test_caddy_gets_one_core_at_a_lower_priority_only_where_vllm_decodes_on_the_
         package=settings.vllm_cpu_package,
         vllm_bin="/v/bin/vllm",
         launch=HostPlan(settings.model, 4096, 1, None, None),
-        way=way_in("cpu-box", {"ssh_hostname": "192.0.2.11"}),
+        way=way_in("cpu-box", {"ssh_hostname": "10.192.0.11"}),
     )
     assert "GOMAXPROCS" not in gpu["edge"].content
     assert "\nGOMAXPROCS=1\nexport GOMAXPROCS\n" in cpu["edge"].content

@@ -41,8 +41,8 @@ PROBLEM_CASES = [
     },
     {
         "id": "the follower reaches the head through a gateway: not a network the nodes share",
-        "members": pair(gateway="192.0.2.1", interface="eth0"),
-        "problems": ["b reaches the head's address 10.65.0.1 only through the gateway 192.0.2.1 (eth0)"],
+        "members": pair(gateway="10.192.0.1", interface="eth0"),
+        "problems": ["b reaches the head's address 10.65.0.1 only through the gateway 10.192.0.1 (eth0)"],
     },
     {
         "id": "the head's address is not rank 0's",

@@ -52,9 +52,9 @@ HERMES_WARNING = "Hermes Agent needs at least 64,000 tokens of context"
 CASES = [
     {
         "id": "bare-metal-direct",
-        "data": {"ssh_hostname": "192.0.2.10"},
+        "data": {"ssh_hostname": "10.192.0.10"},
         "context": 65536,
-        "url": "https://192.0.2.10:8000/v1",
+        "url": "https://10.192.0.10:8000/v1",
         "tls": "internal",
         "ca": True,
         "way": "direct",
@@ -63,7 +63,7 @@ CASES = [
     },
     {
         "id": "runpod-proxy",
-        "data": {"runpod_pod_id": "abc123", "runpod_public_ip": "203.0.113.5"},
+        "data": {"runpod_pod_id": "abc123", "runpod_public_ip": "10.203.0.5"},
         "context": 131072,
         "url": "https://abc123-8000.proxy.runpod.net/v1",
         "tls": "off",
@@ -74,10 +74,10 @@ CASES = [
     },
     {
         "id": "runpod-tcp-port",
-        "data": {"runpod_pod_id": "abc123", "runpod_public_ip": "203.0.113.5", "runpod_tcp_ports": {"9000": 40123}},
+        "data": {"runpod_pod_id": "abc123", "runpod_public_ip": "10.203.0.5", "runpod_tcp_ports": {"9000": 40123}},
         "port": 9000,
         "context": 65536,
-        "url": "https://203.0.113.5:40123/v1",
+        "url": "https://10.203.0.5:40123/v1",
         "tls": "internal",
         "ca": True,
         "way": "direct",
@@ -108,7 +108,7 @@ CASES = [
     },
     {
         "id": "acme-domain",
-        "data": {"ssh_hostname": "192.0.2.10", "podkit_domain": "llm.example.com"},
+        "data": {"ssh_hostname": "10.192.0.10", "podkit_domain": "llm.example.com"},
         "context": HERMES_MIN_CONTEXT,
         "url": "https://llm.example.com:8000/v1",
         "tls": "acme",
@@ -322,7 +322,7 @@ def _options(argv: list[str]) -> dict[str, str]:
 
 def test_the_tunnel_connects_as_the_deploy_does(tmp_path):
     data = {
-        "ssh_hostname": "192.0.2.10",
+        "ssh_hostname": "10.192.0.10",
         "ssh_port": 2222,
         "ssh_user": "ops",
         "ssh_key": "keys/100%.key",  # relative to the project; % is an ssh token
@@ -331,7 +331,7 @@ def test_the_tunnel_connects_as_the_deploy_does(tmp_path):
     }
     argv = ssh_forward_argv("box", data, 18000, 8000, root=tmp_path)
     assert argv[:4] == ["ssh", "-N", "-L", "127.0.0.1:18000:127.0.0.1:8000"]
-    assert argv[-1] == "192.0.2.10"
+    assert argv[-1] == "10.192.0.10"
     assert argv[argv.index("-p") + 1] == "2222" and argv[argv.index("-l") + 1] == "ops"
     assert argv[argv.index("-i") + 1] == f"{tmp_path}/keys/100%%.key"
     assert _options(argv) == {
@@ -366,8 +366,8 @@ def write_inventory(tmp_path: Path, hosts: dict[str, dict], key: bool = True) ->
     return helpers.write_inventory(tmp_path, hosts, KEY if key else None)
 
 
-BOX = {"ssh_hostname": "192.0.2.10", "vllm_served_model_name": "coder"}
-POD = {"ssh_hostname": "192.0.2.11", "runpod_pod_id": "abc123", "vllm_max_model_len": 32768}
+BOX = {"ssh_hostname": "10.192.0.10", "vllm_served_model_name": "coder"}
+POD = {"ssh_hostname": "10.192.0.11", "runpod_pod_id": "abc123", "vllm_max_model_len": 32768}
 #: nothing listens on port 1: the host cannot be read over SSH
 UNREACHABLE = {"ssh_hostname": "127.0.0.1", "ssh_port": 1, "vllm_max_model_len": "auto"}
 
@@ -378,7 +378,7 @@ def test_client_for_hermes_prints_only_the_config_on_stdout(tmp_path):
     assert result.exit_code == 0, result.output
     assert yaml.safe_load(result.stdout)["model"] == {
         "provider": "custom",
-        "base_url": "https://192.0.2.10:8000/v1",
+        "base_url": "https://10.192.0.10:8000/v1",
         "default": "coder",
         "api_key": "${PODKIT_API_KEY}",
         "context_length": 65536,
@@ -442,7 +442,7 @@ def test_client_json_is_a_list_of_settings(tmp_path):
     box, pod = rows
     assert box == {
         "host": "box",
-        "base_url": "https://192.0.2.10:8000/v1",
+        "base_url": "https://10.192.0.10:8000/v1",
         "model": "coder",
         "context_length": 65536,
         "key_file": str(tmp_path / "api_key"),

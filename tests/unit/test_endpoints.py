@@ -8,7 +8,7 @@ from podkit.host.edge import EdgeSites, edge_problems, edge_sites
 from podkit.wayin import WayIn, ca_path, endpoint_url, host_address, is_loopback, pin_ca, way_in
 from tests.helpers import settings
 
-POD = {"runpod_pod_id": "abc123", "runpod_public_ip": "203.0.113.7", "runpod_tcp_ports": {"22": 40122}}
+POD = {"runpod_pod_id": "abc123", "runpod_public_ip": "10.203.0.7", "runpod_tcp_ports": {"22": 40122}}
 PROXY = "https://abc123-8000.proxy.runpod.net"
 
 
@@ -39,7 +39,7 @@ PROXY = "https://abc123-8000.proxy.runpod.net"
         # a RunPod pod whose edge port is mapped to a public TCP port: direct, with the pod's address
         (
             {**POD, "runpod_tcp_ports": {"22": 40122, "8000": 40100}},
-            WayIn("direct", "internal", "https://203.0.113.7:40100", "203.0.113.7", 40100),
+            WayIn("direct", "internal", "https://10.203.0.7:40100", "10.203.0.7", 40100),
         ),
         # not mapped: RunPod's HTTPS proxy, which speaks plain HTTP to the edge (internal TLS cannot apply)
         (POD, WayIn("runpod-proxy", "off", PROXY)),
@@ -73,7 +73,7 @@ def test_way_in(data, way):
 
 def test_the_port_given_wins_over_the_datum():
     assert way_in("box", {"ssh_hostname": "10.0.0.5", "podkit_edge_port": 9443}, 8443).port == 8443
-    assert endpoint_url("box", {**POD, "runpod_tcp_ports": {"8443": 40200}}, 8443) == "https://203.0.113.7:40200"
+    assert endpoint_url("box", {**POD, "runpod_tcp_ports": {"8443": 40200}}, 8443) == "https://10.203.0.7:40200"
 
 
 @pytest.mark.parametrize(
@@ -132,9 +132,9 @@ def test_is_loopback(address, loopback):
             {**POD, "runpod_tcp_ports": {"8000": 40100}},
             True,
             EdgeSites(
-                ("https://203.0.113.7:8000", "https://127.0.0.1:8000", "https://localhost:8000"),
+                ("https://10.203.0.7:8000", "https://127.0.0.1:8000", "https://localhost:8000"),
                 (),
-                "203.0.113.7",
+                "10.203.0.7",
                 "internal",
             ),
         ),

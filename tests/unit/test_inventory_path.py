@@ -21,7 +21,7 @@ KEY = "k3y-" + "c0ffee00" * 4
 def test_a_relative_inventory_is_read_from_the_current_folder(tmp_path, monkeypatch):
     project = tmp_path / "project"
     (project / "infra").mkdir(parents=True)
-    inventory = helpers.write_inventory(project / "infra", {"box": {"ssh_hostname": "192.0.2.10"}}, KEY)
+    inventory = helpers.write_inventory(project / "infra", {"box": {"ssh_hostname": "10.192.0.10"}}, KEY)
     monkeypatch.chdir(project)
     relative = os.path.relpath(inventory, project)
     assert relative == "infra/inventory.py" and not (PROJECT_ROOT / relative).exists()

@@ -152,7 +152,7 @@ def rendered(volume: Path, package: PackageSpec, vllm_bin: str = "/v/bin/vllm", 
         package=package,
         vllm_bin=vllm_bin,
         launch=HostPlan(settings.model, 2048, 1, None, None),
-        way=way_in("box", {"ssh_hostname": "192.0.2.10"}),
+        way=way_in("box", {"ssh_hostname": "10.192.0.10"}),
         device="cpu" if package.is_cpu_build else "1x NVIDIA H100 80GB HBM3 81559MiB",
     )
 

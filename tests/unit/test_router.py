@@ -37,10 +37,10 @@ REPLICA_CASES = [
         "id": "a RunPod pod with its edge on a public TCP port: TLS to that port",
         "data": {
             "runpod_pod_id": "abc123",
-            "runpod_public_ip": "203.0.113.7",
+            "runpod_public_ip": "10.203.0.7",
             "runpod_tcp_ports": {"8000": 40123},
         },
-        "upstream": "https://203.0.113.7:40123",
+        "upstream": "https://10.203.0.7:40123",
         "ca": "/workspace/podkit/replicas/gpu-1.crt",
     },
     {

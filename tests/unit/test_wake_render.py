@@ -26,7 +26,7 @@ def render(package, idle_minutes=30, pod_id=None):
         package=package,
         vllm_bin="/v/bin/vllm",
         launch=HostPlan(settings.model, 4096, 1, None, None),
-        way=way_in("box", {"ssh_hostname": "192.0.2.10"}),
+        way=way_in("box", {"ssh_hostname": "10.192.0.10"}),
         host_name="box",
         pod_id=pod_id,
     )
@@ -79,8 +79,8 @@ def test_a_router_hosts_edge_has_no_hook():
     from podkit.host.router import Replica
 
     settings = Settings.from_mapping({**sample_data(), "podkit_volume": "/srv/vllm"})
-    replica = Replica("r1", way_in("r1", {"ssh_hostname": "192.0.2.20"}), "coder", 18101, None)
-    files = router_files(settings, replicas=[replica], way=way_in("router", {"ssh_hostname": "192.0.2.10"}))
+    replica = Replica("r1", way_in("r1", {"ssh_hostname": "10.192.0.20"}), "coder", 18101, None)
+    files = router_files(settings, replicas=[replica], way=way_in("router", {"ssh_hostname": "10.192.0.10"}))
     assert "forward_auth @resting" not in files["caddyfile"].content
 
 

@@ -165,7 +165,7 @@ def test_the_front_checks_the_key_before_the_hook_and_holds_no_key():
 
 
 def test_a_client_of_the_front_speaks_plain_http_to_loopback():
-    cs = ClientSettings("coder-b", "https://203.0.113.7:8000/v1", "tiny", 4096, "/k", "/ca.crt", "internal")
+    cs = ClientSettings("coder-b", "https://10.203.0.7:8000/v1", "tiny", 4096, "/k", "/ca.crt", "internal")
     local = through_front(cs, 18000)
     assert (local.base_url, local.ca_file, local.tls, local.way) == ("http://127.0.0.1:18000/v1", None, "off", "tunnel")
 
