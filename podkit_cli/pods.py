@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -103,6 +104,9 @@ def apply_deploy(inventory: str, names: tuple[str, ...], started: float | None =
     for name in names:
         argv += ["--limit", name]
     env = {**os.environ, UP_STARTED: f"{started:.3f}"} if started else None
+    if threading.current_thread() is not threading.main_thread():
+        # a wake of podkit tunnel --wake: its own Ctrl-C handling ends the tunnel and this child with it
+        return subprocess.run(argv, cwd=PROJECT_ROOT, stdout=sys.stderr, stderr=sys.stderr, env=env).returncode
     asked: list[float] = []
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # what the child inherits, until pyinfra takes it
     try:

@@ -80,8 +80,11 @@ def program_problems(
     if state in SERVER_DOWN:
         problems.append(server_problem(supervisor, "vllm", state, server_tail, clean(said.get("vllm") or "")))
     elif every and state is not None and state not in RUNS and "error" not in programs:
+        found = diagnose([str(line) for line in server_tail or []])  # a start between two failed ones says why
         problems.append(
-            f"vLLM is {clean(state)} under {supervisor}: verify proves a running server; start it (podkit up)"
+            f"vLLM is {clean(state)} under {supervisor}: verify proves a running server"
+            + (f"; its last start: {found.line()}" if found else "")
+            + "; start it (podkit up)"
         )
     for name in ("router", "edge", "idle"):
         state = programs.get(name)

@@ -380,7 +380,10 @@ def test_supervisord_rotates_the_server_log_keeping_log_keep_copies(pod):
     log = Path(box.paths.log_file)
     wait_for(lambda: Path(f"{log}.2").exists(), what="two rotated copies")
     assert not Path(f"{log}.3").exists(), "more copies kept than podkit_log_keep"
-    assert log.stat().st_size <= 1024 + 501 and Path(f"{log}.1").stat().st_size <= 1024 + 501
+    # supervisord rotates once a write took the file past the limit: a busy machine may hand it a start's
+    # 12 lines in one read, so a copy holds at most the limit and one start's output (seen: 2005 bytes)
+    most = 1024 + 12 * 501
+    assert log.stat().st_size <= most and Path(f"{log}.1").stat().st_size <= most
     # key_leaks and the diagnosis read the copies podctl finds beside the log
     assert podctl.rotated(str(log)) == [str(log), f"{log}.1", f"{log}.2"]
 
