@@ -43,7 +43,7 @@ from podkit.text import clean
 
 #: Where RunPod answers; ``RUNPOD_API_BASE_URL`` (also read by the ``runpod`` package) points elsewhere.
 API_URL = "https://api.runpod.io"
-USER_AGENT = f"podkit/{__version__} (+https://github.com/podkit/podkit)"
+USER_AGENT = f"podkit/{__version__} (Python urllib)"
 #: How many times a rate-limited (429) or briefly unavailable (502-504) request is asked again.
 RETRIES = 4
 #: The longest wait honoured from a Retry-After; a longer one is an error to report, not to sit through.
