@@ -19,7 +19,7 @@ from podkit.host.measure import keep_case, measure_command, measure_config, pars
 from podkit.host.podctl import PodctlError, podctl_command, read_answer
 from podkit.host.probe import ProbeError, parse_probe, probe_config, server_config
 from podkit.host.shell import RemoteError
-from podkit.host.startup import plan_record
+from podkit.host.start.startup import plan_record
 from podkit.settings import Settings, SettingsError
 from podkit_cli.output import dumps
 
