@@ -10,5 +10,5 @@ The modules, in the order a start goes through them:
     diagnose     the tail of the server's log turned into one line: what went wrong and what to change
     rollback     a new start that fails readiness: the files that served before put back and started
     startup      what vLLM logged at its last start, beside what the plan predicted
-    restarts     every start measured: its phases, from the log and the times podkit keeps
+    phases       every start measured: its phases, from the log and the times podkit keeps
 """

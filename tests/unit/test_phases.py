@@ -7,8 +7,8 @@ from datetime import UTC
 import pytest
 
 from podkit import PROJECT_ROOT
+from podkit.host.start.phases import compare_lines, start_summary
 from podkit.host.start.profile import record_text, wait_profile
-from podkit.host.start.restarts import compare_lines, start_summary
 from podkit.host.start.startup import STARTUP_NEEDLES
 from tests.helpers import podctl
 
