@@ -97,7 +97,7 @@ def measure_host(host, model: str, overrides: dict, stop_server: bool) -> dict:
         raise click.ClickException(refusal)
     stopped = bool(stop_server and state.server_pid)
     if stopped:
-        from podkit.host.status import status_config
+        from podkit.client.status import status_config
 
         down = _podctl(host, "down", status_config(settings, host.name))
         if not down.get("ok"):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from podkit.client.status import last_start
 from podkit.host.start.startup import _bytes, calibration_record, compare, parse_startup
-from podkit.host.status import last_start
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CASES = json.loads((FIXTURES / "kv_reference_cases.json").read_text())

@@ -6,6 +6,9 @@ Two sources, each optional: the RunPod API's pod (its status, ``cost``, the cont
 model and context, the idle watcher's last reading, why the server was stopped). Times from the
 host are read on the host's clock and turned into ages there, so a controller whose clock is off
 still shows the right minutes. Pure: tests feed it recorded answers.
+
+Its twin, :mod:`podkit.client.serverinfo`, reads ``podctl describe`` for ``verify``, ``bench`` and
+``eval``.
 """
 
 from __future__ import annotations
