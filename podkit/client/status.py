@@ -19,6 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from podkit.client.wakes import wake_lines, wake_summary
 from podkit.host.access import refusal_summary
 from podkit.host.idlefiles import self_stop_problem
 from podkit.host.podctl import PodctlError, last_line, read_answer
@@ -26,7 +27,6 @@ from podkit.host.probe import server_config
 from podkit.host.start.phases import compare_lines, start_summary
 from podkit.host.start.startup import STARTUP_NEEDLES, calibration_record, compare, parse_startup, row_text
 from podkit.host.supervision import running, status_problems
-from podkit.host.wakes import wake_lines, wake_summary
 from podkit.settings import Settings
 from podkit.text import clean
 
