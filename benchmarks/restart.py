@@ -6,7 +6,7 @@
 The sandbox serves its tiny model on the CPU build with the KV cache measured by vLLM (the
 sandbox's own `--kv-cache-memory-bytes 64M` dropped, a share of memory given instead), so that a
 start has a profile to measure or reuse. Each row is one start, timed by podkit itself (the
-phases `podkit status --json` reads from the start's record; podkit/host/restarts.py):
+phases `podkit status --json` reads from the start's record; podkit/host/start/phases.py):
 
 - cold: the caches on the volume emptied and no profile recorded (the venv and model stay);
 - with caches: the caches kept, the profile dropped: vLLM measures its KV cache again;
@@ -36,8 +36,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from podkit.host.readiness import UP_STARTED  # noqa: E402
-from podkit.host.restarts import PHASES  # noqa: E402
+from podkit.host.start.phases import PHASES  # noqa: E402
+from podkit.host.start.readiness import UP_STARTED  # noqa: E402
 from podkit.sandbox.box import Sandbox  # noqa: E402
 
 #: the sandbox with vLLM measuring its own KV cache (a fifth of the node's memory; the tiny model needs little)

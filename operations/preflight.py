@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyinfra import host, logger, state
 from pyinfra.api import FunctionCommand, operation
 
-from podkit.host.launchcheck import CheckResult, refusal
+from podkit.host.start.launchcheck import CheckResult, refusal
 from podkit.settings import Settings
 from podkit.text import clean
 
@@ -162,7 +162,7 @@ def launch(command: str, due: bool, settings: Settings, argv: list[str], package
     setting, vLLM's words and the fix, and the running server is not touched. It costs vLLM's
     import, so it runs only when a restart is due.
 
-    + command: the check's shell command (``podkit.host.launchcheck.check_command``)
+    + command: the check's shell command (``podkit.host.start.launchcheck.check_command``)
     + due: a restart of vLLM is due in this run (nothing to check otherwise)
     + accepted: the installed vLLM accepted this very launch before (the host's record of accepted
       launches holds its digest), so it is not checked again

@@ -1,5 +1,5 @@
 """The last line before a restart: keep the files that serve, and put them back when the new start fails
-(see :mod:`podkit.host.rollback`)."""
+(see :mod:`podkit.host.start.rollback`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pyinfra import host, logger
 from pyinfra.api import operation
 
 from operations.supervisor import podctl_answer
-from podkit.host.rollback import keep_command, restored_line
+from podkit.host.start.rollback import keep_command, restored_line
 from podkit.settings import Settings
 from podkit.text import clean
 
@@ -21,7 +21,7 @@ def kept(paths: list[str], restorable: bool):
     Ensure a copy of the files the working server started from lies beside them, to put back if the
     new start fails.
 
-    + paths: the served files whose copy is missing or differs (``podkit.host.rollback.to_keep``)
+    + paths: the served files whose copy is missing or differs (``podkit.host.start.rollback.to_keep``)
     + restorable: a working server is about to restart (nothing to keep otherwise)
 
     **Example:**

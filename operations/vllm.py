@@ -13,7 +13,7 @@ from operations.rollback import restore_served
 from podkit.host.hoststate import VllmInstall
 from podkit.host.install import install_command
 from podkit.host.podctl import PodctlError, podctl_command
-from podkit.host.readiness import UP_STARTED, WaitResult, wait_config
+from podkit.host.start.readiness import UP_STARTED, WaitResult, wait_config
 from podkit.paths import Paths
 from podkit.settings import PackageSpec, Settings
 from podkit.text import clean
@@ -140,7 +140,7 @@ def endpoint(
     + crashes_before: the server's exits the probe counted, when the deploy did not restart it
       (a restart starts the count at 0): only later exits count as this start's crashes
     + restore: when the start fails, put back the files that served before and restart them
-      (``podctl restore``'s config: ``podkit.host.rollback.restore_config``); None: no working server was taken down
+      (``podctl restore``'s config: ``podkit.host.start.rollback.restore_config``); None: no working server was taken down
 
     **Example:**
 

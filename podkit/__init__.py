@@ -7,9 +7,10 @@ never the reverse):
     settings, checks every setting declared once, and the checks its data pass
     keys             the API key and HF token files
     host/            what runs against one host: the probe, preflight, rendering,
-                     install, fetch, readiness and diagnosis
+                     install, fetch, and in start/ one vLLM start (its launch
+                     check, readiness, diagnosis, rollback, profile and phases)
     plan/            GPU table, memory model, checkpoints, model families, the host plan
-    client/          what a client of the endpoint does: targets, verify, bench, eval
+    client/          what a client of the endpoint does: targets, verify, status, bench, eval
     runpod/          RunPod pods and their SSH host keys
     remote/          programs shipped to the host and run there (podctl, fetch)
     sandbox/         the local sandbox pod: private sshd, tiny model

@@ -85,11 +85,11 @@ class Paths:
     wake_proof = property(lambda self: self._at("run", "proof.json"))
     # what the deploy predicted for the server it started: podkit status puts it beside vLLM's log
     plan_file = property(lambda self: self._at("bin", "plan.json"))
-    # the KV cache size a start measured, with its key (read by the launch script: podkit/host/profile.py),
+    # the KV cache size a start measured, with its key (read by the launch script: podkit/host/start/profile.py),
     # and the last starts, each with its phases (podctl wait appends one when a start passes readiness)
     profile_record = property(lambda self: self._at("run", "profile"))
     starts_record = property(lambda self: self._at("run", "starts.jsonl"))
-    # the launches the installed vLLM accepted (one digest a line, podkit/host/launchcheck.py): not checked again
+    # the launches the installed vLLM accepted (one digest a line, podkit/host/start/launchcheck.py): not checked again
     accepted_launches = property(lambda self: self._at("run", "launches.accepted"))
     # a router host: vLLM's router in vLLM's place, and each replica's edge CA certificate (public)
     router_script = property(lambda self: self._at("bin", "router.sh"))

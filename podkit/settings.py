@@ -8,7 +8,7 @@ each field's type against what its check returns. Everything else is derived fro
 :data:`SETTINGS` (the declarations in order), :data:`KEYS` and :func:`defaults` (what
 ``group_data/all.py`` gives every host), :data:`FLAGS`, the launch's command line
 (``podkit.host.render.serve_argv``) and the launch check's names for a refusal
-(``podkit.host.launchcheck``), and :func:`settings_table` (docs/settings.md). Adding a setting is
+(``podkit.host.start.launchcheck``), and :func:`settings_table` (docs/settings.md). Adding a setting is
 one field here plus the code that uses it (a flag setting: the field alone); the checks live in
 ``podkit/checks.py``, where podkit keeps things on the host in ``podkit/paths.py``.
 

@@ -15,9 +15,9 @@ import time
 
 import click
 
+from podkit.client.status import HostStatus, describe, host_status, parse_status, status_config
 from podkit.host.podctl import PodctlError, podctl_command, read_answer
 from podkit.host.shell import RemoteError
-from podkit.host.status import HostStatus, describe, host_status, parse_status, status_config
 from podkit.runpod import control
 from podkit.runpod.api import RunPodApi
 from podkit.runpod.control import NoGpu, PodsError

@@ -19,7 +19,7 @@ from podkit.host.measure import keep_case, measure_command, measure_config, pars
 from podkit.host.podctl import PodctlError, podctl_command, read_answer
 from podkit.host.probe import ProbeError, parse_probe, probe_config, server_config
 from podkit.host.shell import RemoteError
-from podkit.host.startup import plan_record
+from podkit.host.start.startup import plan_record
 from podkit.settings import Settings, SettingsError
 from podkit_cli.output import dumps
 
@@ -97,7 +97,7 @@ def measure_host(host, model: str, overrides: dict, stop_server: bool) -> dict:
         raise click.ClickException(refusal)
     stopped = bool(stop_server and state.server_pid)
     if stopped:
-        from podkit.host.status import status_config
+        from podkit.client.status import status_config
 
         down = _podctl(host, "down", status_config(settings, host.name))
         if not down.get("ok"):

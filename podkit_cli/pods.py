@@ -24,7 +24,7 @@ from typing import Any
 import click
 
 from podkit import PROJECT_ROOT
-from podkit.host.readiness import UP_STARTED
+from podkit.host.start.readiness import UP_STARTED
 from podkit.plan.gpus import Hardware
 from podkit.runpod import control
 from podkit.runpod.api import RunPodApi, RunPodError

@@ -54,8 +54,8 @@ def _launch(step: str, error: str, **data: Any) -> Callable[[], str]:
 
     def said() -> str:
         from podkit.host.hostplan import HostPlan
-        from podkit.host.launchcheck import CheckResult, refusal, serve_arguments
         from podkit.host.render import serve_argv
+        from podkit.host.start.launchcheck import CheckResult, refusal, serve_arguments
 
         settings = _settings(**data)
         argv = serve_arguments(serve_argv(settings, "vllm", HostPlan("/m", 4096, 1, None, None)))

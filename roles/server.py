@@ -20,15 +20,15 @@ from podkit.host.edge import edge_problems
 from podkit.host.hostplan import plan_host
 from podkit.host.hoststate import Unit
 from podkit.host.idlefiles import idle_config_problems
-from podkit.host.launchcheck import check_command, launch_digest, serve_arguments
 from podkit.host.measure import deploy_step
 from podkit.host.preflight import host_problems
-from podkit.host.profile import device_of, wait_profile
 from podkit.host.programs import edge_files, idle_files, managed_files, programs_for
 from podkit.host.render import host_files, reuse_key, serve_argv, server_env
-from podkit.host.rollback import restorable as rollback_due
-from podkit.host.rollback import restore_config, to_keep
-from podkit.host.startup import plan_record
+from podkit.host.start.launchcheck import check_command, launch_digest, serve_arguments
+from podkit.host.start.profile import device_of, wait_profile
+from podkit.host.start.rollback import restorable as rollback_due
+from podkit.host.start.rollback import restore_config, to_keep
+from podkit.host.start.startup import plan_record
 from podkit.paths import EDGE_UNIT_NAME, EDGE_UNIT_PATH, IDLE_UNIT_NAME, IDLE_UNIT_PATH, UNIT_NAME, UNIT_PATH
 from podkit.plan.checkpoints import from_hub
 from podkit.remote.idle.clock import follow_grace

@@ -159,7 +159,7 @@ class HostState:
     lock: dict[str, Any] | None = None
     #: the last measured start on this volume (podkit_plan_measure): {"key", "at", "result"}
     measured: dict[str, Any] | None = None
-    #: digests of the launches the installed vLLM accepted on this volume (podkit/host/launchcheck.py)
+    #: digests of the launches the installed vLLM accepted on this volume (podkit/host/start/launchcheck.py)
     accepted_launches: tuple[str, ...] = ()
     #: {program: state} as supervisord (RUNNING, FATAL, ...) or systemd (ACTIVE, FAILED, ...) says
     programs: dict[str, str] = field(default_factory=dict)

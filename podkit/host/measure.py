@@ -22,8 +22,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from podkit.host.diagnose import last_exception
-from podkit.host.startup import STARTUP_NEEDLES, calibration_record, compare, parse_startup, plan_record, row_text
+from podkit.host.start.diagnose import last_exception
+from podkit.host.start.startup import STARTUP_NEEDLES, calibration_record, compare, parse_startup, plan_record, row_text
 from podkit.plan.checkpointfiles import METADATA_PATTERNS
 from podkit.settings import FLAGS
 

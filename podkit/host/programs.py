@@ -52,7 +52,7 @@ def supervision_files(settings: Settings) -> list[str]:
     return [paths.supervisord_conf]
 
 
-# What a failed start puts back (podkit.host.rollback): the files a server starts from, copied beside them.
+# What a failed start puts back (podkit.host.start.rollback): the files a server starts from, copied beside them.
 SUFFIX = ".served"
 
 

@@ -24,10 +24,10 @@ from podkit.host.edge import edge_sites, hop_upstream
 from podkit.host.filters import environment
 from podkit.host.hostplan import HostPlan
 from podkit.host.idlefiles import idle_config, idle_source, sleeps_when_idle
-from podkit.host.profile import STARTUP_PLAN_ENV, profile_key, sized_by_settings
 from podkit.host.programs import edge_files, managed_files, programs_for
 from podkit.host.router import Replica, router_argv
-from podkit.host.startup import plan_record
+from podkit.host.start.profile import STARTUP_PLAN_ENV, profile_key, sized_by_settings
+from podkit.host.start.startup import plan_record
 from podkit.paths import UNIT_NAME
 from podkit.settings import PackageSpec, Settings
 from podkit.wayin import WayIn
@@ -219,7 +219,7 @@ def host_files(
     ``user``:``group``, the SSH user's). ``pod_id``: the RunPod pod the host is (the watcher
     stops the pod, not the server). ``cluster``: the host is a node of one (a follower gets the
     env file, the launch script, the plan and vLLM's supervision only: it serves no API).
-    ``device``: the host's GPUs (:func:`podkit.host.profile.device_of`), a measured profile's key."""
+    ``device``: the host's GPUs (:func:`podkit.host.start.profile.device_of`), a measured profile's key."""
     r = _Renderer(settings, templates)
     paths, rendered = settings.paths, r.file
     # the server reads only what is on the volume: a restart never touches the network
@@ -230,7 +230,7 @@ def host_files(
     if sleep:
         argv.append("--enable-sleep-mode")
         env["VLLM_SERVER_DEV_MODE"] = "1"  # /sleep, /wake_up, /is_sleeping: on loopback only, the edge refuses them
-    # the memory profile reused (podkit/host/profile.py): vLLM's own startup plan where it has one
+    # the memory profile reused (podkit/host/start/profile.py): vLLM's own startup plan where it has one
     key = reuse_key(package, argv, env, device, cluster)
     if cluster is None and not package.is_cpu_build and not sized_by_settings(argv, env):
         env[STARTUP_PLAN_ENV] = "1"

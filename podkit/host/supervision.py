@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from podkit.host.diagnose import diagnose
 from podkit.host.hoststate import orphan_line
+from podkit.host.start.diagnose import diagnose
 from podkit.text import clean
 
 #: a program that runs (supervisord's RUNNING, systemd's active), or is starting (a moment after a start)

@@ -292,7 +292,7 @@ def hosts_for(
 
 
 def status_of(pod: Pod) -> dict[str, Any]:
-    """What ``podkit status`` reads of a pod (``podkit.host.status``), in plain values."""
+    """What ``podkit status`` reads of a pod (``podkit.client.status``), in plain values."""
     return {
         "id": pod.id,
         "state": pod.state,

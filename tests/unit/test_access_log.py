@@ -10,8 +10,8 @@ import pytest
 
 from podkit.client.hostchecks import refusal_check
 from podkit.client.serverinfo import ServerInfo
+from podkit.client.status import HostStatus, describe
 from podkit.host.access import refusal_summary, why
-from podkit.host.status import HostStatus, describe
 from tests.helpers import podctl
 
 

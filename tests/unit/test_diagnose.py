@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from podkit.host.diagnose import diagnose, rule_name
+from podkit.host.start.diagnose import diagnose, rule_name
 
 LOGS = Path(__file__).resolve().parent.parent / "fixtures" / "vllm_logs"
 
@@ -87,7 +87,7 @@ def as_launch_sh_writes_it(text: str) -> str:
 
 
 def test_a_failure_before_the_last_start_of_launch_sh_is_not_blamed():
-    from podkit.host.diagnose import START_MARKERS
+    from podkit.host.start.diagnose import START_MARKERS
     from tests.helpers import podctl
 
     assert START_MARKERS == podctl.START_MARKERS
@@ -155,8 +155,8 @@ def readiness_cfg(tmp_path):
             "crashes_before": crashes_before,
             "tail_lines": 200,
         }
-        if lasting:  # as the deploy sends it (podkit.host.readiness.wait_config)
-            from podkit.host.diagnose import lasting_patterns
+        if lasting:  # as the deploy sends it (podkit.host.start.readiness.wait_config)
+            from podkit.host.start.diagnose import lasting_patterns
 
             cfg["lasting_failures"] = lasting_patterns()
         return json.loads(json.dumps(cfg))
@@ -173,7 +173,7 @@ def test_a_starting_server_is_waited_for_despite_exits_left_from_earlier_starts(
     starting: readiness keeps waiting instead of calling it a crash loop, and shows only its lines."""
     import time
 
-    from podkit.host.readiness import WaitResult
+    from podkit.host.start.readiness import WaitResult
     from tests.helpers import podctl
 
     cfg = readiness_cfg(port=1, crashes=5, server_alive=True)
@@ -188,7 +188,7 @@ def test_a_starting_server_is_waited_for_despite_exits_left_from_earlier_starts(
 
 @pytest.mark.proc
 def test_with_no_server_running_the_exit_count_ends_the_wait(readiness_cfg):
-    from podkit.host.readiness import WaitResult
+    from podkit.host.start.readiness import WaitResult
     from tests.helpers import podctl
 
     result = WaitResult.parse(json.dumps(podctl.wait(readiness_cfg(port=1, crashes=5, server_alive=False))))
@@ -202,7 +202,7 @@ def test_one_exit_for_a_lasting_cause_ends_the_wait_while_the_supervisor_starts_
     start's cause from that start's own lines, and does not sit through the next one."""
     import time
 
-    from podkit.host.readiness import WaitResult
+    from podkit.host.start.readiness import WaitResult
     from tests.helpers import podctl
 
     began = time.monotonic()
@@ -233,7 +233,7 @@ def test_one_exit_for_a_lasting_cause_ends_the_wait_while_the_supervisor_starts_
 def test_a_start_is_waited_for_after_an_exit_that_was_not_this_waits_or_not_lasting(
     readiness_cfg, crashes, crashes_before, log
 ):
-    from podkit.host.readiness import WaitResult
+    from podkit.host.start.readiness import WaitResult
     from tests.helpers import podctl
 
     text = as_launch_sh_writes_it((LOGS / f"{log}.log").read_text())
@@ -252,7 +252,7 @@ def test_a_server_that_answers_is_ready_whatever_the_count_and_the_log_say(readi
     import http.server
     import threading
 
-    from podkit.host.readiness import WaitResult
+    from podkit.host.start.readiness import WaitResult
     from tests.helpers import podctl
 
     class Answer(http.server.BaseHTTPRequestHandler):
@@ -276,7 +276,7 @@ def test_a_server_that_answers_is_ready_whatever_the_count_and_the_log_say(readi
 
 
 def waited(health, models_status, edge_health, programs):
-    from podkit.host.readiness import WaitResult
+    from podkit.host.start.readiness import WaitResult
 
     answer = {
         "ready": False,

@@ -15,8 +15,8 @@ import pytest
 from podkit import checks
 from podkit.checks import setting
 from podkit.host.hostplan import HostPlan
-from podkit.host.launchcheck import CheckResult, flag_settings, setting_for
 from podkit.host.render import serve_argv
+from podkit.host.start.launchcheck import CheckResult, flag_settings, setting_for
 from podkit.settings import FLAGS, SETTINGS, Settings, SettingsError, defaults
 from tests.helpers import ROOT
 

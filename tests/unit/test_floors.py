@@ -4,8 +4,9 @@ The floors follow the data: settings and the way in are read by everyone; the pl
 values; a host's probe, its plan and its files build on the plan; a client reads what the deploy
 left; the pyinfra operations and the CLI stand on all of it, and the entry points on them.
 
-A module may import its own unit (a subpackage of ``podkit``, or ``podkit``'s root modules
-together), any unit on a lower floor, and ``podkit.remote``. Units side by side on one floor
+A module may import its own unit (a subpackage of ``podkit``, the rooms inside it included, as
+``podkit/host/start/`` is ``podkit.host``'s; or ``podkit``'s root modules together), any unit on a
+lower floor, and ``podkit.remote``. Units side by side on one floor
 stay apart. ``podkit.remote`` is what runs on the host: the standard library and itself alone. And no two
 modules of the product import each other, directly or through others.
 
@@ -172,6 +173,15 @@ def test_every_unit_of_the_tree_has_a_floor():
     assert {"podkit.plan", "podkit.host", "podkit.client", "podkit.runpod", "podkit.sandbox"} <= found
 
 
+def test_a_room_is_part_of_its_floors_unit():
+    """podkit/host/start/ is podkit.host's, on host's floor: a room groups modules, it is no unit."""
+    rooms = [p for p in source_files() if p.is_relative_to(ROOT / "podkit") and len(p.relative_to(ROOT).parts) > 3]
+    assert any(p.relative_to(ROOT).parts[:3] == ("podkit", "host", "start") for p in rooms)
+    assert {module_name(p): unit_of(module_name(p)) for p in rooms} == {
+        module_name(p): ".".join(p.relative_to(ROOT).parts[:2]) for p in rooms
+    }
+
+
 def test_no_import_runs_up_a_floor():
     problems = [problem for path in source_files() for problem in upward(path)]
     assert problems == [], "\n".join(problems)
@@ -188,12 +198,16 @@ def test_a_cycle_through_a_third_module_is_found(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     paths = [
         write(tmp_path, "podkit/host/render.py", "from podkit.host.probe import edge_files\n"),
-        write(tmp_path, "podkit/host/probe.py", "from podkit.host import status\n"),
-        write(tmp_path, "podkit/host/status.py", "def f():\n    from podkit.host.render import host_files\n"),
+        write(tmp_path, "podkit/host/probe.py", "from podkit.host.start import readiness\n"),
+        write(tmp_path, "podkit/host/start/readiness.py", "def f():\n    from podkit.host.render import host_files\n"),
         write(tmp_path, "podkit/host/programs.py", "from podkit.settings import Settings\n"),
     ]
     found = cycle(module_graph(paths))
-    assert found is not None and set(found) == {"podkit.host.render", "podkit.host.probe", "podkit.host.status"}
+    assert found is not None and set(found) == {
+        "podkit.host.render",
+        "podkit.host.probe",
+        "podkit.host.start.readiness",
+    }
     assert cycle(module_graph([paths[0], paths[3]])) is None
 
 
@@ -217,6 +231,8 @@ def write(root: Path, relative: str, text: str) -> Path:
         ("podkit/settings_x.py", "import podkit.plan.gpus\n", "up a floor to podkit.plan"),
         ("podkit/client/x.py", "import click\n", "up a floor to click"),
         ("podkit/host/x.py", "from testing import netpods\n", "up a floor to testing"),
+        ("podkit/host/start/x.py", "from podkit.client.status import describe\n", "up a floor to podkit.client"),
+        ("podkit/runpod/x.py", "from podkit.host.start.profile import profile_key\n", "across to a sibling"),
         ("operations/x.py", "from tests.helpers import settings\n", "up a floor to tests"),
         ("podkit_cli/x.py", "from operations import facts\n", "across to a sibling on its floor to operations"),
         ("podkit/remote/x.py", "from podkit.text import clean\n", "standard library alone"),
@@ -248,6 +264,8 @@ def test_an_import_up_a_floor_is_named_with_its_line(tmp_path, monkeypatch, rela
         ("podkit/host/x.py", "from podkit.plan.gpus import Hardware\nfrom podkit.wayin import WayIn\n"),
         ("podkit/host/x.py", "from podkit.remote.idle import config_problem\nfrom podkit.host import probe\n"),
         ("podkit/client/x.py", "from podkit.host.shell import Run\nimport jinja2\n"),
+        ("podkit/host/start/x.py", "from podkit.host.probe import server_config\nfrom .startup import compare\n"),
+        ("podkit/client/status.py", "from podkit.host.start.phases import start_summary\n"),
         ("podkit_cli/x.py", "from .hosts import load_targets\nimport click\nfrom podkit.client import api\n"),
         ("podkit/remote/x.py", "import json, os\nfrom urllib.request import urlopen\n"),
         ("podkit/remote/fetch.py", "from huggingface_hub import snapshot_download\n"),

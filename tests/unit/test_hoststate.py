@@ -466,7 +466,7 @@ def test_systemd_unit_state_and_what_readiness_sees(
     """Under systemd the units' states are the programs', and the launch script's pid file and exit
     count are read as under supervisord (launch.sh writes them whichever supervisor starts it)."""
     from podkit.host.hoststate import Unit
-    from podkit.host.readiness import WaitResult
+    from podkit.host.start.readiness import WaitResult
 
     podctl = systemd_host(state)
     unit = Unit(**podctl.unit_state("podkit-vllm.service"))

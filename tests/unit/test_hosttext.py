@@ -9,8 +9,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from podkit.client.status import describe, host_status, parse_status
 from podkit.host.shell import Result
-from podkit.host.status import describe, host_status, parse_status
 from podkit.text import clean
 from podkit_cli import Podkit, cli
 from podkit_cli.hosts import Host

@@ -13,7 +13,8 @@ from podkit import PROJECT_ROOT
 from podkit.checks import PackageSpec
 from podkit.host.hostplan import HostPlan
 from podkit.host.hoststate import Gpu
-from podkit.host.profile import (
+from podkit.host.render import host_files
+from podkit.host.start.profile import (
     STARTUP_PLAN_ENV,
     device_of,
     measured_bytes,
@@ -23,7 +24,6 @@ from podkit.host.profile import (
     record_text,
     sized_by_settings,
 )
-from podkit.host.render import host_files
 from podkit.wayin import way_in
 from tests.helpers import settings_for
 

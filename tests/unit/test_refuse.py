@@ -9,12 +9,19 @@ import shlex
 import pytest
 
 from podkit.host.cluster import cluster_of
-from podkit.host.launchcheck import CHECK_TIMEOUT, CheckResult, check_command, launch_digest, refusal, serve_arguments
 from podkit.host.probe import probe_config
 from podkit.host.programs import copies, copy_of, kept_files, managed_files
-from podkit.host.rollback import restorable as rollback_due
-from podkit.host.rollback import restore_config, to_keep
 from podkit.host.router import replicas_of, self_problems
+from podkit.host.start.launchcheck import (
+    CHECK_TIMEOUT,
+    CheckResult,
+    check_command,
+    launch_digest,
+    refusal,
+    serve_arguments,
+)
+from podkit.host.start.rollback import restorable as rollback_due
+from podkit.host.start.rollback import restore_config, to_keep
 from podkit.remote import vllmcheck
 from podkit.wayin import way_in
 from tests.helpers import default_data, settings

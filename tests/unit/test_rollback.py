@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from podkit.host.programs import copy_of, kept_files
-from podkit.host.rollback import keep_command, restore_config, to_keep
+from podkit.host.start.rollback import keep_command, restore_config, to_keep
 from tests.unit.test_supervision import pod, wait_for  # noqa: F401 - the fixture, with its stand-ins
 
 pytestmark = pytest.mark.proc  # real supervisord, shells and podctl

@@ -1,4 +1,4 @@
-"""What vLLM logged at a start, read back and put beside the plan (podkit/host/startup.py): on the
+"""What vLLM logged at a start, read back and put beside the plan (podkit/host/start/startup.py): on the
 real startup logs of tests/fixtures/kv_reference_cases.json (GPU, vLLM 0.6 to 0.24) and on the
 sandbox's CPU build, and compared against a recorded plan."""
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from podkit.host.startup import _bytes, calibration_record, compare, parse_startup
-from podkit.host.status import last_start
+from podkit.client.status import last_start
+from podkit.host.start.startup import _bytes, calibration_record, compare, parse_startup
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CASES = json.loads((FIXTURES / "kv_reference_cases.json").read_text())

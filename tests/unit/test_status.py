@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from podkit.host.status import describe, host_status, parse_status
+from podkit.client.status import describe, host_status, parse_status
 from podkit.runpod.pods import Pod, status_of
 from podkit_cli.output import dumps
 from testing import runpod_pods as pods

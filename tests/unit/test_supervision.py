@@ -24,13 +24,13 @@ from pathlib import Path
 
 import pytest
 
+from podkit.client.status import host_status, parse_status, status_config
 from podkit.host import render
-from podkit.host.diagnose import diagnose
 from podkit.host.hostplan import HostPlan
 from podkit.host.podctl import podctl_command
 from podkit.host.probe import parse_probe, probe_config, server_config
-from podkit.host.readiness import WaitResult, wait_config
-from podkit.host.status import host_status, parse_status, status_config
+from podkit.host.start.diagnose import diagnose
+from podkit.host.start.readiness import WaitResult, wait_config
 from podkit.host.supervision import status_problems
 from podkit.settings import PackageSpec
 from podkit.wayin import way_in

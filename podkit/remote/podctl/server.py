@@ -106,7 +106,7 @@ SERVER_PROGRAMS = ("vllm", "router")
 
 def server_tail(cfg, runner, count=200):
     """The lines of the server's last failed start (else its current start's), clipped, when its
-    supervisor says it does not run: the controller names the cause from them (``podkit.host.diagnose``).
+    supervisor says it does not run: the controller names the cause from them (``podkit.host.start.diagnose``).
     None while it runs, or where no server program has a log."""
     logs = cfg.get("program_logs") or {}
     for name in SERVER_PROGRAMS:
@@ -132,7 +132,7 @@ def record_start(cfg, lines, began):
     """A start that passed readiness, kept for ``podkit status`` (the last :data:`STARTS_KEPT` in
     ``starts_file``, one JSON line each; the same start seen again replaces its line), and the KV
     cache size it measured in ``profile.file`` as ``KEY BYTES WHEN`` for the launch script to pass
-    back (podkit/host/profile.py). ``began``: when this call started, on this host's clock."""
+    back (podkit/host/start/profile.py). ``began``: when this call started, on this host's clock."""
     now = time.time()
     entry = {"marker": lines[0] if lines else None, "ready_at": now, "lines": lines[:STARTS_LINES]}
     if cfg.get("up_started_at") and cfg.get("sent_at"):  # podkit up's start, on the controller's clock

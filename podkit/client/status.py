@@ -6,6 +6,9 @@ Two sources, each optional: the RunPod API's pod (its status, ``cost``, the cont
 model and context, the idle watcher's last reading, why the server was stopped). Times from the
 host are read on the host's clock and turned into ages there, so a controller whose clock is off
 still shows the right minutes. Pure: tests feed it recorded answers.
+
+Its twin, :mod:`podkit.client.serverinfo`, reads ``podctl describe`` for ``verify``, ``bench`` and
+``eval``.
 """
 
 from __future__ import annotations
@@ -16,14 +19,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from podkit.client.wakes import wake_lines, wake_summary
 from podkit.host.access import refusal_summary
 from podkit.host.idlefiles import self_stop_problem
 from podkit.host.podctl import PodctlError, last_line, read_answer
 from podkit.host.probe import server_config
-from podkit.host.restarts import compare_lines, start_summary
-from podkit.host.startup import STARTUP_NEEDLES, calibration_record, compare, parse_startup, row_text
+from podkit.host.start.phases import compare_lines, start_summary
+from podkit.host.start.startup import STARTUP_NEEDLES, calibration_record, compare, parse_startup, row_text
 from podkit.host.supervision import running, status_problems
-from podkit.host.wakes import wake_lines, wake_summary
 from podkit.settings import Settings
 from podkit.text import clean
 

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from podkit.host.hostplan import int_flag
-from podkit.host.profile import NEEDLES as PROFILE_NEEDLES
+from podkit.host.start.profile import NEEDLES as PROFILE_NEEDLES
 from podkit.plan.architecture import CONFIG_KEYS as ARCHITECTURE_KEYS
 from podkit.plan.architecture import Architecture
 

@@ -5,8 +5,8 @@ exposed still works), a window of a few seconds per round trip, and prints a
 progress line after each: elapsed time, what /health says, the log's last line.
 It stops early when the supervisor is gone, a program is left stopped (FATAL),
 or the server keeps crashing (it has exited ``CRASH_LIMIT`` times and none runs now, or once for a cause
-every start of the same launch meets again: ``podkit.host.diagnose.LASTING``), and then names the cause found
-in the failed start's log lines (``podkit.host.diagnose``). The live endpoint
+every start of the same launch meets again: ``podkit.host.start.diagnose.LASTING``), and then names the cause found
+in the failed start's log lines (``podkit.host.start.diagnose``). The live endpoint
 always comes first: a server that answers when readiness looks is up, whatever
 an exit count left from earlier starts or an old line of the log say.
 """
@@ -16,10 +16,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from podkit.host.diagnose import diagnose, lasting_patterns
 from podkit.host.podctl import read_answer
 from podkit.host.probe import server_config
-from podkit.host.startup import STARTUP_NEEDLES, compare, parse_startup, row_text
+from podkit.host.start.diagnose import diagnose, lasting_patterns
+from podkit.host.start.startup import STARTUP_NEEDLES, compare, parse_startup, row_text
 from podkit.settings import Settings
 
 CRASH_LIMIT = 2
@@ -31,7 +31,7 @@ def wait_config(
     settings: Settings, window: float, profile: dict | None = None, up_started_at=None, crashes_before: int = 0
 ) -> dict:
     """What ``podctl wait`` reads. ``profile``: the launch script's profile key and the build's
-    patterns for what a start measured (:func:`podkit.host.profile.wait_profile`), recorded once the
+    patterns for what a start measured (:func:`podkit.host.start.profile.wait_profile`), recorded once the
     server is ready; ``up_started_at``: when ``podkit up`` began (the controller's clock), for the
     start's total. ``crashes_before``: the exits counted before this wait (a server the deploy did
     not restart keeps its count): only exits since count towards giving up on a server that is starting."""

@@ -1,7 +1,7 @@
 """The last line: when a new start fails readiness, the files that served before are put back and started.
 
 The checks before a restart (podkit's own, and the installed vLLM's parser and config validation:
-:mod:`podkit.host.launchcheck`) catch what can be known without starting; some values fail only at
+:mod:`podkit.host.start.launchcheck`) catch what can be known without starting; some values fail only at
 engine start (a KV cache too small for one request, memory that is not there). So when a deploy is
 about to restart a server that answers (ready, and running the files on disk), it first keeps a copy
 of those files beside them (``launch.sh.served``, ...), and when the new start then fails readiness it

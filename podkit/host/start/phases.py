@@ -2,7 +2,7 @@
 
 ``podctl wait`` keeps each start that passed readiness in ``run/starts.jsonl``: the launch
 script's marker (``2026-11-23T10:00:00Z podkit: starting vLLM (local time +0000)``), the start's
-lines (:data:`podkit.host.startup.STARTUP_NEEDLES`), when the server and the edge answered (the
+lines (:data:`podkit.host.start.startup.STARTUP_NEEDLES`), when the server and the edge answered (the
 host's clock), and with ``podkit up`` the total from the moment it began. This module turns one
 such record into phases, in the order a start goes through them:
 
@@ -23,8 +23,8 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from podkit.host.profile import outcome, outcome_text
-from podkit.host.startup import parse_startup
+from podkit.host.start.profile import outcome, outcome_text
+from podkit.host.start.startup import parse_startup
 
 _MARKER = re.compile(r"^(\d{4})-(\d\d-\d\dT\d\d:\d\d:\d\d)Z podkit: starting vLLM(?: \(local time ([+-]\d{4})\))?")
 _STAMP = re.compile(r"\b(?:INFO|WARNING|DEBUG|ERROR) (\d\d-\d\d \d\d:\d\d:\d\d)")

