@@ -78,6 +78,13 @@ def run_line(rendered: dict, prompt: str, extra: list[str]) -> str:
     return once + "exec " + line.replace('"PROMPT"', shlex.join([prompt, *extra]))
 
 
+def temporary(folder: Path) -> dict[str, str]:
+    """TMPDIR (and tmux's own variable) in a folder of ``folder``'s, made here."""
+    tmp = folder / "tmp"
+    tmp.mkdir(exist_ok=True)
+    return {"TMPDIR": str(tmp), "TMUX_TMPDIR": str(tmp)}
+
+
 def setup(rendered: dict, program: Path, folder: Path, spec, key_file: str | None = None) -> Setup:
     """A fresh HOME and project folder under ``folder`` configured from ``rendered``, plus what ``spec``
     (:class:`tests.e2e.agent_specs.Spec`) adds. With ``key_file``, the rendered env reads the key from
@@ -88,6 +95,9 @@ def setup(rendered: dict, program: Path, folder: Path, spec, key_file: str | Non
     place_files(rendered, home, work)
     added = spec.prepare(folder, home, work)
     base = {
+        # the agent's temporary files (Claude Code's, tmux's, OpenHands' editor history) in its folder,
+        # not the machine's /tmp
+        **temporary(folder),
         # the agent's own folder first (npm's bin and node, or the venv), then the system's
         "PATH": f"{program.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
         "HOME": str(home),
@@ -146,7 +156,12 @@ def serve(rendered: dict, program: Path, folder: Path, port: int, added: dict[st
     home.mkdir(parents=True)
     work.mkdir()
     place_files(rendered, home, work)
-    base = {"PATH": f"{program.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}", "HOME": str(home), "LANG": "C.UTF-8"}
+    base = {
+        "PATH": f"{program.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        **temporary(folder),
+    }
     env = evaluate_env(rendered["env"], base, work) | added
     words = shlex.split(rendered["run"])
     at = words.index("--port") + 1

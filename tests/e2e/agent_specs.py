@@ -284,7 +284,7 @@ SPECS: dict[str, Spec] = {
     "gemini": Spec(
         calls=gemini_calls,
         # the proxy's answer to a key it does not know (it looks it up among virtual keys, with no database)
-        refused=r"No connected db|401|[Aa]uthentication",
+        refused=r"No connected db|\b401\b|[Aa]uthentication",
         proof="stream-json: tool_use get_weather (Tool not found), through the LiteLLM proxy",
         extra=["--output-format", "stream-json"],
         stop_when=lambda folder: bool(gemini_calls(folder)),
@@ -349,7 +349,7 @@ SPECS: dict[str, Spec] = {
     ),
     "continue": Spec(
         calls=_calls_file,
-        refused=r"401|missing or wrong API key",
+        refused=r"\b401\b|missing or wrong API key",
         proof="stdio MCP server's get_weather ran",
         executed=True,
         prepare=continue_prepare,

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from podkit.client.serverinfo import describe_config
 from podkit.client.status import host_status, parse_status, status_config
 from podkit.host import render
 from podkit.host.hostplan import HostPlan
@@ -353,6 +354,11 @@ def test_supervise_restarts_only_the_program_named(pod):
     new_vllm = wait_for(lambda: (p := box.pid("vllm.pid")) and p != vllm and p, what="a new server")
     assert box.pid("edge.pid") == edge and box.supervisord() == supervisord and not live(vllm)
     assert box.supervise(restart=["edge"]) == {"ok": True, "done": ["restarted edge"]}
+    # verify right after the deploy: the edge just started is read once it has run its 2 s, not
+    # failed for STARTING (supervisord's startsecs)
+    assert box.programs()["edge"] == "STARTING"
+    described = json.loads(box.podctl("describe", describe_config(box.settings)))
+    assert described["programs"] == {"vllm": "RUNNING", "edge": "RUNNING", "idle": "RUNNING"}
     new_edge = wait_for(lambda: (p := box.pid("edge.pid")) and p != edge and p, what="a new edge")
     assert box.pid("vllm.pid") == new_vllm and not live(edge) and new_edge
     assert box.crashes() == "0", "a restart asked for is no crash"

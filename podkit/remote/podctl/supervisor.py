@@ -7,6 +7,7 @@ import os
 import re
 import socket
 import subprocess
+import time
 import xmlrpc.client
 
 from podkit.remote.podctl.base import log_lines, pid_alive, process_argv, read_json_dict, read_text, starttime
@@ -110,6 +111,22 @@ class UnixTransport(xmlrpc.client.Transport):
 
         connection.connect = connect  # type: ignore[method-assign]  # the socket is supervisord's Unix one
         return connection
+
+
+def settled_state(cfg, wait=3.0, step=0.2, clock=time.monotonic, sleep=time.sleep):
+    """:func:`supervisor_state`, read again for up to ``wait`` seconds while a program other than
+    the server is STARTING: the edge and the idle watcher count as started after 2 s (supervisord's
+    startsecs), so one the deploy has just started is about to run, not failing. verify asks
+    after a deploy; the server's own start is readiness's business."""
+    server = cfg.get("program", "vllm")
+    deadline = clock() + wait
+    state = supervisor_state(cfg)
+    while clock() < deadline and any(
+        status == "STARTING" for name, status in state["programs"].items() if name != server
+    ):
+        sleep(step)
+        state = supervisor_state(cfg)
+    return state
 
 
 def supervisord_rpc(path, timeout=10):

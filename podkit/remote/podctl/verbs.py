@@ -60,6 +60,7 @@ from podkit.remote.podctl.supervisor import (
     leftovers,
     legacy_runner,
     program_said,
+    settled_state,
     stopped_on_purpose,
     supervision,
     supervisor_state,
@@ -181,7 +182,8 @@ def wait(cfg):
 
 def describe(cfg):
     """What serves on the port and from where (see the module docstring), and who listens on it."""
-    runner = supervisor_state(cfg)  # the pids the launch and edge scripts recorded
+    # the pids the launch and edge scripts recorded, once an edge or watcher just started has run 2 s
+    runner = settled_state(cfg)
     args = serve_args(process_argv(runner["vllm_pid"])) if runner["vllm_pid"] else None
     found = venv_dists(cfg["venv"])["dists"] or system_dists()["dists"]
     model = args[0] if args else ""
