@@ -132,8 +132,10 @@ def interpreter(version: str) -> str:
     (OpenHands asks for exactly 3.12; its users get it from uv, which downloads one)."""
     if not version or sys.version.startswith(version + "."):
         return sys.executable
-    # pyenv's own folder first: its shim on PATH fails unless that version is selected
-    pyenv = sorted((Path.home() / ".pyenv" / "versions").glob(f"{version}.*/bin/python{version}"))
+    # pyenv's own folder first (PYENV_ROOT, else ~/.pyenv): its shim on PATH fails unless that
+    # version is selected
+    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    pyenv = sorted((root / "versions").glob(f"{version}.*/bin/python{version}"))
     return str(pyenv[-1]) if pyenv else shutil.which(f"python{version}") or f"python{version}"
 
 
