@@ -153,7 +153,15 @@ def _check_launch(state, host, command: str, settings: Settings, argv: list[str]
 
 
 @operation(is_idempotent=False)
-def launch(command: str, due: bool, settings: Settings, argv: list[str], package: str, accepted: bool = False):
+def launch(
+    command: str,
+    due: bool,
+    settings: Settings,
+    argv: list[str],
+    package: str,
+    accepted: bool = False,
+    serving: bool = True,
+):
     """
     Ensure the installed vLLM accepts the launch a restart would run, before the server restarts with it.
 
@@ -166,6 +174,9 @@ def launch(command: str, due: bool, settings: Settings, argv: list[str], package
     + due: a restart of vLLM is due in this run (nothing to check otherwise)
     + accepted: the installed vLLM accepted this very launch before (the host's record of accepted
       launches holds its digest), so it is not checked again
+    + serving: a server runs now, which the restart would stop; with none (a first deploy, a server
+      stopped or crashed) there is nothing to keep, and the start itself is vLLM's check: a launch
+      it refuses fails at once and readiness names vLLM's reason from the log
     + settings: the host's settings (to name the setting a refusal is about)
     + argv: the rendered ``vllm serve`` arguments
     + package: the vLLM this host runs, for the refusal's words
@@ -185,5 +196,8 @@ def launch(command: str, due: bool, settings: Settings, argv: list[str], package
         return
     if accepted:
         host.noop(f"{package} accepted this very launch before (its record on the volume): not checked again")
+        return
+    if not serving:
+        host.noop("no server runs to keep: the start is vLLM's own check of this launch (readiness names its reason)")
         return
     yield FunctionCommand(_check_launch, (command, settings, list(argv), package), {})

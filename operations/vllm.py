@@ -82,6 +82,7 @@ def _wait_ready(
     profile: dict | None = None,
     crashes_before: int = 0,
     restore: dict | None = None,
+    accept: dict | None = None,
 ) -> bool:
     start = time.monotonic()
     up_started_at = os.environ.get(UP_STARTED)  # set by podkit up: the start's total runs from there
@@ -89,7 +90,12 @@ def _wait_ready(
         elapsed = time.monotonic() - start
         remaining = settings.ready_timeout - elapsed
         cfg = wait_config(
-            settings, max(1.0, min(window, remaining)), profile, up_started_at, crashes_before=crashes_before
+            settings,
+            max(1.0, min(window, remaining)),
+            profile,
+            up_started_at,
+            crashes_before=crashes_before,
+            accept=accept,
         )
         status, output = host.run_shell_command(podctl_command("wait", cfg), print_output=False)
         try:
@@ -125,6 +131,7 @@ def endpoint(
     profile: dict | None = None,
     crashes_before: int = 0,
     restore: dict | None = None,
+    accept: dict | None = None,
 ):
     """
     Ensure the server answers ``/health`` and lists the served model (with the key), and the
@@ -141,6 +148,8 @@ def endpoint(
       (a restart starts the count at 0): only later exits count as this start's crashes
     + restore: when the start fails, put back the files that served before and restart them
       (``podctl restore``'s config: ``podkit.host.start.rollback.restore_config``); None: no working server was taken down
+    + accept: a launch vLLM's check did not read (no server ran to keep), recorded as accepted once it
+      serves (``podkit.host.start.launchcheck.accept_config``); None: nothing to record
 
     **Example:**
 
@@ -159,5 +168,11 @@ def endpoint(
     yield FunctionCommand(
         _wait_ready,
         (settings,),
-        {"pin": pin, "profile": profile, "crashes_before": crashes_before, **({"restore": restore} if restore else {})},
+        {
+            "pin": pin,
+            "profile": profile,
+            "crashes_before": crashes_before,
+            **({"restore": restore} if restore else {}),
+            **({"accept": accept} if accept else {}),
+        },
     )

@@ -24,7 +24,7 @@ from podkit.host.measure import deploy_step
 from podkit.host.preflight import host_problems
 from podkit.host.programs import edge_files, idle_files, managed_files, programs_for
 from podkit.host.render import host_files, reuse_key, serve_argv, server_env
-from podkit.host.start.launchcheck import check_command, launch_digest, serve_arguments
+from podkit.host.start.launchcheck import accept_config, check_command, launch_digest, serve_arguments
 from podkit.host.start.profile import device_of, wait_profile
 from podkit.host.start.rollback import restorable as rollback_due
 from podkit.host.start.rollback import restore_config, to_keep
@@ -237,7 +237,8 @@ class Server(Supervision):
     def check_launch(self) -> None:
         """7. Check the new launch: before vLLM restarts, the installed vLLM reads the new command line
         (its own argument, engine config and sampling checks) while the server still serves, and
-        the files that serve are kept beside them, to put back if the new start fails.
+        the files that serve are kept beside them, to put back if the new start fails. With no
+        server running, the start is the check.
 
         Converged: nothing runs (no restart is due).
         """
@@ -256,14 +257,23 @@ class Server(Supervision):
         serve = serve_arguments(serve_argv(settings, self.vllm_bin, self.launch, cluster))
         env, generation = server_env(settings, cluster), settings.generation_config
         digest = launch_digest(self.python, str(self.package), serve, env, generation)
+        accepted = digest in pod.accepted_launches and not self.reinstall
+        serving = bool(pod.server_pid)
         preflight.launch(
             name=f"Ensure the installed vLLM accepts the new launch of {self.served} before the server restarts",
             command=check_command(self.python, serve, env, generation, self.paths.accepted_launches, digest),
             due=self.restart_vllm,
-            accepted=digest in pod.accepted_launches and not self.reinstall,
+            accepted=accepted,
+            serving=serving,
             settings=settings,
             argv=serve,
             package=str(self.package),
+        )
+        # a launch no check read (no server ran to keep) is recorded as accepted once it serves
+        self.unchecked = (
+            accept_config(self.paths.accepted_launches, digest)
+            if self.restart_vllm and not accepted and not serving
+            else None
         )
         self.as_a_whole("has its launch accepted by its vLLM before any node restarts", "vLLM's check of their launch")
         self.restorable = rollback_due(
@@ -389,6 +399,7 @@ class Server(Supervision):
             # supervise starts the exit count again at a restart; a server left running keeps its own
             crashes_before=0 if self.restarted and not self.systemd else pod.crashes,
             restore=restore_config(settings, pod, tls=way.tls != "off") if self.restorable else None,
+            accept=self.unchecked,
         )
 
     def self_stop(self) -> None:

@@ -225,13 +225,10 @@ def check(cfg):
     return answer
 
 
-#: How many accepted launches the record keeps (the newest): enough for a host's settings to go back and forth.
-KEPT = 32
-
-
-def record(path, digest):
-    """Add ``digest`` (the launch vLLM just accepted) to the record at ``path``, newest last, written
-    whole and replaced in one step; a record that cannot be written only costs the next deploy a check."""
+def record(path, digest, keep):
+    """Add ``digest`` (the launch vLLM just accepted) to the record at ``path``, newest last, the
+    last ``keep`` of them, written whole and replaced in one step; a record that cannot be written
+    only costs the next deploy a check."""
     try:
         with open(path) as handle:
             kept = [line for line in handle.read().split() if line != digest]
@@ -240,7 +237,7 @@ def record(path, digest):
     tmp = "%s.%d.tmp" % (path, os.getpid())
     try:
         with open(tmp, "w") as handle:
-            handle.write("\n".join((kept + [digest])[-KEPT:]) + "\n")
+            handle.write("\n".join((kept + [digest])[-keep:]) + "\n")
         os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):
@@ -253,7 +250,7 @@ def main(argv):
     with contextlib.redirect_stdout(sys.stderr):  # vLLM's logging and prints stay off the answer
         result = check(cfg)
     if result["ok"] and cfg.get("record") and cfg.get("digest"):
-        record(cfg["record"], cfg["digest"])
+        record(cfg["record"], cfg["digest"], cfg["keep"])
     real_stdout.write(json.dumps(result, sort_keys=True) + "\n")
 
 

@@ -14,7 +14,9 @@ from podkit.host.programs import copies, copy_of, kept_files, managed_files
 from podkit.host.router import replicas_of, self_problems
 from podkit.host.start.launchcheck import (
     CHECK_TIMEOUT,
+    KEPT,
     CheckResult,
+    accept_config,
     check_command,
     launch_digest,
     refusal,
@@ -24,7 +26,7 @@ from podkit.host.start.rollback import restorable as rollback_due
 from podkit.host.start.rollback import restore_config, to_keep
 from podkit.remote import vllmcheck
 from podkit.wayin import way_in
-from tests.helpers import default_data, settings
+from tests.helpers import default_data, podctl, settings
 from tests.helpers import gpu_host as host
 from tests.helpers import host_plan as plan
 from tests.unit.test_cluster import node, pair
@@ -324,7 +326,7 @@ def test_the_check_records_what_it_accepts_where_the_probe_reads_it():
     argv = LAUNCH["argv"]
     command = check_command("/v/bin/python", argv, {}, {}, "/w/podkit/run/launches.accepted", "d1")
     cfg = json.loads(shlex.split(command.splitlines()[0])[4])
-    assert (cfg["record"], cfg["digest"]) == ("/w/podkit/run/launches.accepted", "d1")
+    assert (cfg["record"], cfg["digest"], cfg["keep"]) == ("/w/podkit/run/launches.accepted", "d1", KEPT)
     assert "record" not in json.loads(shlex.split(check_command("/v/bin/python", argv, {}, {}).splitlines()[0])[4])
     chosen = settings()
     assert probe_config(chosen)["accepted_launches"] == chosen.paths.accepted_launches
@@ -337,18 +339,24 @@ def test_the_check_records_what_it_accepts_where_the_probe_reads_it():
         ("a\nb\n", "c", ["a", "b", "c"]),
         ("a\nb\nc\n", "a", ["b", "c", "a"]),  # accepted again: the newest
         (
-            "\n".join(f"d{n}" for n in range(vllmcheck.KEPT)) + "\n",
+            "\n".join(f"d{n}" for n in range(KEPT)) + "\n",
             "new",
-            [f"d{n}" for n in range(1, vllmcheck.KEPT)] + ["new"],
+            [f"d{n}" for n in range(1, KEPT)] + ["new"],
         ),
     ],
     ids=["the first", "one more", "again", "the oldest dropped"],
 )
-def test_the_record_of_accepted_launches(tmp_path, before, digest, after):
+@pytest.mark.parametrize("writer", ["the check", "podctl wait"])
+def test_the_record_of_accepted_launches(tmp_path, before, digest, after, writer):
+    """The check records a launch it read; podctl wait one that served without a check (no server ran
+    to keep): the same record, kept the same way."""
     path = tmp_path / "launches.accepted"
     if before is not None:
         path.write_text(before)
-    vllmcheck.record(str(path), digest)
+    if writer == "the check":
+        vllmcheck.record(str(path), digest, KEPT)
+    else:
+        podctl.record_accepted(accept_config(str(path), digest))
     assert path.read_text().split() == after
     assert [p.name for p in tmp_path.iterdir()] == ["launches.accepted"]  # no temporary file left
 
@@ -358,6 +366,6 @@ def test_only_an_accepted_launch_is_recorded(tmp_path, monkeypatch, capsys, ok):
     path = tmp_path / "launches.accepted"
     answer = {"ok": ok, "version": "0.32.0"} if ok else {"ok": False, "step": "config", "error": "no", "version": "0"}
     monkeypatch.setattr(vllmcheck, "check", lambda cfg: answer)
-    vllmcheck.main(["-", json.dumps({"argv": [], "env": {}, "record": str(path), "digest": "d1"})])
+    vllmcheck.main(["-", json.dumps({"argv": [], "env": {}, **accept_config(str(path), "d1")})])
     assert json.loads(capsys.readouterr().out) == answer
     assert path.exists() is ok

@@ -55,6 +55,17 @@ def launch_digest(python: str, package: str, argv: list[str], env: dict[str, str
     return hashlib.sha256(json.dumps(whole, sort_keys=True).encode()).hexdigest()
 
 
+#: How many accepted launches the host's record keeps (the newest): enough for a host's settings to go
+#: back and forth. The check (``podkit/remote/vllmcheck.py``) and ``podctl wait`` are told it.
+KEPT = 32
+
+
+def accept_config(record: str, digest: str) -> dict[str, Any]:
+    """What ``podctl wait`` needs to add a launch that served without a check to ``record``, kept as
+    long as the check keeps the launches it read."""
+    return {"record": record, "digest": digest, "keep": KEPT}
+
+
 def check_command(
     python: str, argv: list[str], env: dict[str, str], generation: dict[str, Any], record: str = "", digest: str = ""
 ) -> str:
@@ -65,7 +76,7 @@ def check_command(
     assert _HEREDOC not in source
     cfg = {"argv": list(argv), "env": env, "generation": generation}
     if record and digest:
-        cfg.update(record=record, digest=digest)
+        cfg.update(accept_config(record, digest))
     quoted = shlex.quote(json.dumps(cfg, sort_keys=True))
     return f"timeout {CHECK_TIMEOUT} {shlex.quote(python)} - {quoted} <<'{_HEREDOC}'\n{source}\n{_HEREDOC}"
 

@@ -28,13 +28,20 @@ UP_STARTED = "PODKIT_UP_STARTED"
 
 
 def wait_config(
-    settings: Settings, window: float, profile: dict | None = None, up_started_at=None, crashes_before: int = 0
+    settings: Settings,
+    window: float,
+    profile: dict | None = None,
+    up_started_at=None,
+    crashes_before: int = 0,
+    accept: dict | None = None,
 ) -> dict:
     """What ``podctl wait`` reads. ``profile``: the launch script's profile key and the build's
     patterns for what a start measured (:func:`podkit.host.start.profile.wait_profile`), recorded once the
     server is ready; ``up_started_at``: when ``podkit up`` began (the controller's clock), for the
     start's total. ``crashes_before``: the exits counted before this wait (a server the deploy did
-    not restart keeps its count): only exits since count towards giving up on a server that is starting."""
+    not restart keeps its count): only exits since count towards giving up on a server that is starting.
+    ``accept``: a launch no check read, added to the record of accepted launches once it serves
+    (:func:`podkit.host.start.launchcheck.accept_config`)."""
     return {
         "starts_file": settings.paths.starts_record,
         "profile": profile,
@@ -53,6 +60,7 @@ def wait_config(
         "tail_lines": 200,  # vLLM prints the root cause far above its last lines
         "plan_file": settings.paths.plan_file,
         "startup_needles": list(STARTUP_NEEDLES),
+        **({"accept": accept} if accept else {}),
     }
 
 

@@ -128,6 +128,18 @@ def lasting_failure(lines, patterns):
     return None
 
 
+def record_accepted(accept):
+    """A launch that served without a check before its start (no server ran for the check to keep)
+    added to the record of accepted launches, as vLLM's check adds one it read
+    (``podkit/remote/vllmcheck.py``): newest last, the last ``keep``, written whole; a record that
+    cannot be written only costs the next deploy a check."""
+    kept = [line for line in (read_text(accept["record"]) or "").split() if line != accept["digest"]]
+    try:
+        write_atomically(accept["record"], "\n".join((kept + [accept["digest"]])[-accept["keep"] :]) + "\n")
+    except OSError:
+        pass
+
+
 def record_start(cfg, lines, began):
     """A start that passed readiness, kept for ``podkit status`` (the last :data:`STARTS_KEPT` in
     ``starts_file``, one JSON line each; the same start seen again replaces its line), and the KV

@@ -46,6 +46,7 @@ from podkit.remote.podctl.server import (
     lasting_failure,
     openapi_routes,
     port_listening,
+    record_accepted,
     record_start,
     refused_requests,
     router_workers,
@@ -177,6 +178,8 @@ def wait(cfg):
     )
     if ready and cfg.get("starts_file"):
         state["recorded"] = record_start(cfg, state["startup"], began)
+    if ready and cfg.get("accept"):
+        record_accepted(cfg["accept"])
     return state
 
 
