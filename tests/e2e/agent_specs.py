@@ -7,7 +7,7 @@ stopped. Each :class:`Spec` says:
 - ``extra``: flags after the prompt (the test's bounds and machine-readable output);
 - ``prepare(folder, home, work)``: files the test adds (a ``get_weather`` tool where the agent takes
   one, a turn limit in the agent's own settings), returning variables to add to the environment;
-- ``stop_when(folder)``: for an agent with no turn limit, when its first call has been proven;
+- ``stops_at_first_call`` (or ``stop_when(folder)``): for an agent with no turn limit, when its first call has been proven;
 - ``calls(folder)``: the ``get_weather`` calls the agent parsed, read from its own records or, when
   ``executed``, from the calls file the tool wrote; ``refused``: what it says on a wrong key.
 """
@@ -68,6 +68,8 @@ class Spec:
     extra: list[str] = field(default_factory=list)
     prepare: Callable[[Path, Path, Path], dict[str, str]] = lambda folder, home, work: {}
     stop_when: Callable[[Path], bool] | None = None
+    #: an agent with no turn limit, ended once ``calls`` reads its first call (else ``stop_when``)
+    stops_at_first_call: bool = False
     #: the test's bound on a wrong-key run of an agent that retries a 401 for long
     wrong_extra_env: dict[str, str] = field(default_factory=dict)
     #: its record names the call's arguments (goose prints only the tool's name)
@@ -76,6 +78,12 @@ class Spec:
     env_snapshots: tuple[str, ...] = ()
     #: the agent forces a call (tool_choice "required"), so vLLM's call is to one of these tools of its own
     own_tools: tuple[str, ...] = ()
+
+    def stopper(self) -> Callable[[Path], bool] | None:
+        """When the test ends the agent's turn: at its first call read, by its own rule, or never."""
+        if self.stops_at_first_call:
+            return lambda folder: bool(self.calls(folder))
+        return self.stop_when
 
 
 # --- Codex CLI: parsed ("unsupported call: get_weather"), its rollout records the function_call ------
@@ -181,10 +189,6 @@ def aider_calls(folder: Path) -> list[dict]:
     return []
 
 
-def _has_calls(folder: Path) -> bool:
-    return bool(_calls_file(folder))
-
-
 # --- pi: parsed; --mode json prints each tool execution it starts (an unknown tool included) -------
 
 
@@ -287,13 +291,13 @@ SPECS: dict[str, Spec] = {
         refused=r"No connected db|\b401\b|[Aa]uthentication",
         proof="stream-json: tool_use get_weather (Tool not found), through the LiteLLM proxy",
         extra=["--output-format", "stream-json"],
-        stop_when=lambda folder: bool(gemini_calls(folder)),
+        stops_at_first_call=True,
     ),
     "smolagents": Spec(
         calls=smol_calls,
         refused=r"Error code: 401|missing or wrong API key",
         proof='output: {"tool": NAME, ...}, Calling tool: NAME (one of its own: it asks tool_choice "required")',
-        stop_when=lambda folder: bool(smol_calls(folder)),
+        stops_at_first_call=True,
         own_tools=("web_search", "final_answer"),
     ),
     "gptme": Spec(
@@ -307,13 +311,13 @@ SPECS: dict[str, Spec] = {
         proof="--json events: an action with tool_call get_weather (Tool 'get_weather' not found)",
         extra=["--json"],
         prepare=no_cost_map_fetch,
-        stop_when=lambda folder: bool(openhands_calls(folder)),
+        stops_at_first_call=True,
     ),
     "cline": Spec(
         calls=cline_calls,
         refused=r"missing or wrong API key",
         proof="output: [get_weather] {...}, rejected (unavailable tool)",
-        stop_when=lambda folder: bool(cline_calls(folder)),
+        stops_at_first_call=True,
         # the file where Cline keeps the key, in plain text, as its docs and podkit's notes say
         env_snapshots=("home/.cline/data/settings/providers.json",),
     ),
@@ -321,7 +325,7 @@ SPECS: dict[str, Spec] = {
         calls=kilo_calls,
         refused=r"missing or wrong API key",
         proof="output: ✗ get_weather {...} failed (unavailable tool)",
-        stop_when=lambda folder: bool(kilo_calls(folder)),
+        stops_at_first_call=True,
     ),
     "pi": Spec(
         calls=pi_calls,
@@ -329,7 +333,7 @@ SPECS: dict[str, Spec] = {
         proof="--mode json: tool_execution_start get_weather",
         extra=["--mode", "json"],
         prepare=offline_pi,
-        stop_when=lambda folder: bool(pi_calls(folder)),
+        stops_at_first_call=True,
     ),
     "codex": Spec(
         calls=codex_calls,
@@ -345,7 +349,7 @@ SPECS: dict[str, Spec] = {
         proof="custom tool ~/.config/opencode/tool/get_weather.ts ran",
         executed=True,
         prepare=opencode_prepare,
-        stop_when=_has_calls,
+        stops_at_first_call=True,
     ),
     "continue": Spec(
         calls=_calls_file,
@@ -353,7 +357,7 @@ SPECS: dict[str, Spec] = {
         proof="stdio MCP server's get_weather ran",
         executed=True,
         prepare=continue_prepare,
-        stop_when=_has_calls,
+        stops_at_first_call=True,
     ),
     "qwen": Spec(
         calls=stream_tool_uses,

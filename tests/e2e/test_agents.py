@@ -125,7 +125,7 @@ def turns(pod, agent_programs, tmp_path_factory, bridge, stranger):
     # each waited for in its own thread, so each turn's seconds end when it does
     with ThreadPoolExecutor(len(started)) as pool:
         waits = {
-            (name, kind): pool.submit(turn.wait, stop_when=SPECS[name].stop_when if kind == "right" else None)
+            (name, kind): pool.submit(turn.wait, stop_when=SPECS[name].stopper() if kind == "right" else None)
             for (name, kind), (_, turn) in started.items()
         }
         done = {nk: (started[nk][0], future.result()) for nk, future in waits.items()}
