@@ -7,6 +7,7 @@ at fixed times in its first second (podkit's and pyinfra's imports), and as pyin
 the first operation, the last), and once while readiness waits for a vLLM that starts.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -38,17 +39,35 @@ POINTS = [
 ]
 
 
+@contextlib.contextmanager
+def ctrl_c_delivered():
+    """A terminal's foreground job starts with SIGINT's default action; a test session started in the
+    background of a script (``cmd &`` without job control) has SIGINT ignored, and an ignored signal
+    stays ignored in every program it starts, so ``podkit up`` would never see the Ctrl-C sent here.
+    The handler in place when the child starts is the one it inherits (any but "ignored" becomes the
+    default at exec)."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def interrupted_up(box, marker: str, delay: float) -> dict:
     """``podkit up`` on the sandbox, SIGINT to its process group ``delay`` s after ``marker`` shows (or
     after the start): its exit status, output, and the seconds from the signal to its exit."""
-    run = subprocess.Popen(
-        [sys.executable, "cli.py", "up", "inventories/sandbox.py"],
-        cwd=PROJECT_ROOT,
-        env=box.env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own group, as a terminal's foreground job: podkit and pyinfra get it
-    )
+    with ctrl_c_delivered():
+        run = subprocess.Popen(
+            [sys.executable, "cli.py", "up", "inventories/sandbox.py"],
+            cwd=PROJECT_ROOT,
+            env=box.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group, as a terminal's foreground job: podkit and pyinfra get it
+        )
     seen: list[str] = []
     sent: list[float] = []
 
