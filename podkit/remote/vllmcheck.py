@@ -24,6 +24,7 @@ not check that launch again.
 """
 
 import contextlib
+import importlib
 import io
 import json
 import os
@@ -45,6 +46,22 @@ def _last_error(text, fallback):
     return lines[-1] if lines else fallback
 
 
+def _read(run):
+    """``run()`` with vLLM's printing captured: ``(its value, None, what was printed)``, or ``(None,
+    vLLM's words, what was printed)`` when reading the arguments stopped (an argparse exit or a
+    validation error; :class:`_Parsed` carries the namespace out of vLLM's serve command)."""
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
+            return run(), None, said.getvalue()
+    except _Parsed as parsed:
+        return parsed.args_namespace, None, said.getvalue()
+    except SystemExit:
+        return None, _last_error(said.getvalue(), "vllm serve exited while reading its arguments"), said.getvalue()
+    except Exception as exc:  # validation raises ValueError, TypeError, pydantic's errors
+        return None, _words(exc), said.getvalue()
+
+
 def parse(argv):
     """The namespace ``vllm serve ARGV`` would run with, read by ``vllm serve``'s own parser and its
     validation; vLLM's whole CLI (:func:`parse_with_cli`) where this vLLM keeps them elsewhere."""
@@ -52,32 +69,30 @@ def parse(argv):
     if found is None:
         return parse_with_cli(argv)
     parser, validate = found
-    said = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
-            args = parser.parse_args(["serve", *argv])
-            validate(args)
-    except SystemExit:
-        return None, _last_error(said.getvalue(), "vllm serve exited while reading its arguments")
-    except Exception as exc:  # validation raises ValueError, TypeError, pydantic's errors
-        return None, _words(exc)
-    if getattr(args, "model_tag", None) is not None:  # as serve's own command does first
-        args.model = args.model_tag
-    return args, None
+
+    def read():
+        args = parser.parse_args(["serve", *argv])
+        validate(args)
+        if getattr(args, "model_tag", None) is not None:  # as serve's own command does first
+            args.model = args.model_tag
+        return args
+
+    args, error, _ = _read(read)
+    return args, error
 
 
 def serve_parser():
     """``(parser, validate)``: ``vllm serve``'s parser built as vLLM's CLI builds it (its
     ``make_arg_parser`` on a ``serve`` subcommand of a ``FlexibleArgumentParser``) and the validation
-    its serve command runs, without importing the API server or the CLI's other commands (a third of
-    the check's CPU); None where this vLLM has no such module."""
+    its serve command runs, without importing the API server or the CLI's other commands; None
+    where this vLLM has no such module."""
     try:
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:
         return None
     for where in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"):
         try:
-            module = __import__(where, fromlist=["make_arg_parser"])
+            module = importlib.import_module(where)
         except ImportError:
             continue
         make, validate = getattr(module, "make_arg_parser", None), getattr(module, "validate_parsed_serve_args", None)
@@ -103,17 +118,10 @@ def parse_with_cli(argv):
 
     ServeSubcommand.cmd = staticmethod(intercept)
     sys.argv = ["vllm", "serve", *argv]
-    said = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
-            cli.main()
-    except _Parsed as parsed:
-        return parsed.args_namespace, None
-    except SystemExit:
-        return None, _last_error(said.getvalue(), "vllm serve exited while reading its arguments")
-    except Exception as exc:  # validation raises ValueError, TypeError, pydantic's errors
-        return None, _words(exc)
-    return None, "vllm serve did not reach its server: " + _last_error(said.getvalue(), "no output")
+    args, error, said = _read(cli.main)
+    if args is None and error is None:  # main returned: serve's command never ran
+        return None, "vllm serve did not reach its server: " + _last_error(said, "no output")
+    return args, error
 
 
 def _words(exc):

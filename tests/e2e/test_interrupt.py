@@ -130,9 +130,10 @@ def interpreter_start(box) -> float:
 def test_ctrl_c_at_any_point_of_a_converged_deploy(serving):
     box = serving.box
     figures = []
+    started = interpreter_start(box)
     for marker, delay in POINTS:
         where = f"{marker or 'the start'} +{delay:g} s"
-        run = interrupted_up(box, marker, delay if marker else interpreter_start(box) + delay)
+        run = interrupted_up(box, marker, delay if marker else started + delay)
         said_and_bounded(run, where)
         assert health(box) == 200, where  # the working server was not touched
         figures.append(f"{where}: {run['seconds']:.2f} s")
