@@ -424,10 +424,15 @@ def test_an_idle_pod_stops_itself_but_never_during_a_stream_and_the_next_request
 
     # the watcher reads vLLM every 5 s, and the one the apply restarted may not have read yet: read
     # until status is clean with a deadline, or the stream's time comes, then say what was read last
+    # (a read is begun only where one as long as the last still ends 5 s before the deadline)
+    began = time.monotonic()
     rc, row = status_row(settled=False)
-    while (rc != 0 or row["idle_stop_in_minutes"] is None) and time.monotonic() < ready + IDLE_SECONDS - 10:
+    took = time.monotonic() - began
+    while (rc != 0 or row["idle_stop_in_minutes"] is None) and time.monotonic() + 1 + took < ready + IDLE_SECONDS - 5:
         time.sleep(1)
+        began = time.monotonic()
         rc, row = status_row(settled=False)
+        took = time.monotonic() - began
     assert rc == 0 and row["idle_stop_in_minutes"] is not None, row
     assert row["state"] == "up" and row["idle_stop_minutes"] == IDLE_MINUTES
     assert 0 <= row["idle_stop_in_minutes"] <= IDLE_MINUTES
@@ -445,13 +450,14 @@ def test_an_idle_pod_stops_itself_but_never_during_a_stream_and_the_next_request
     assert done["began"] - ready < IDLE_SECONDS, f"the stream began {done['began'] - ready:.0f} s after readiness"
     assert done["status"] == 200 and done["chunks"] > 100 and done["open_at_end"], done
 
-    deadline = time.monotonic() + IDLE_SECONDS + 60
+    deadline = time.monotonic() + IDLE_SECONDS + 120
     while not fleet.stops_asked(ok_only=True) and time.monotonic() < deadline:
         time.sleep(1)
     asked = fleet.stops_asked()
     after = time.monotonic() - done["ended"]
-    # the idle time after the last request: the watcher reads every 5 s
-    assert IDLE_SECONDS - 5 <= after <= IDLE_SECONDS + 20, f"the stop was asked {after:.0f} s after the stream ended"
+    # the idle time after the last request: the watcher reads every 5 s, never stops early; the upper
+    # bound is a hang guard (its refused request, then runpodctl's process, on busy cores take seconds)
+    assert IDLE_SECONDS - 5 <= after <= IDLE_SECONDS + 60, f"the stop was asked {after:.0f} s after the stream ended"
     # REST v2 with the pod's own key: the watcher's own request refused (403), then its runpodctl's
     assert [(r["path"], r["key"], r["status"], r["agent"].split(" ")[0]) for r in asked] == [
         (f"/v2/pods/{B_ID}/action", f"pod:{B_ID}", 403, WATCHER_AGENT),
