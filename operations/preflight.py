@@ -103,7 +103,7 @@ def measured(step: dict, python: str, endpoint: str | None, record: dict):
 
 
 @operation(is_idempotent=False)
-def together(cluster: str, members: list[str], step: str):
+def together(cluster: str, members: list[str], step: str, then: str = ""):
     """
     Ensure no node of a cluster goes on past ``step`` when another node was refused there.
 
@@ -114,6 +114,7 @@ def together(cluster: str, members: list[str], step: str):
     + cluster: the cluster's name
     + members: every node's inventory name
     + step: what the nodes have just checked, for the no-change line (``their preflight``)
+    + then: what stopping here spares, where it is not "this node changes nothing"
 
     **Example:**
 
@@ -132,8 +133,9 @@ def together(cluster: str, members: list[str], step: str):
         _refuse,
         (
             [
-                f"cluster {cluster}: {', '.join(refused)} refused (see its lines), so this node changes nothing "
-                "either: a cluster converges as a whole; fix that node and re-apply"
+                f"cluster {cluster}: {', '.join(refused)} refused (see its lines), so "
+                + (then or "this node changes nothing either: a cluster converges as a whole")
+                + "; fix that node and re-apply"
             ],
         ),
         {},

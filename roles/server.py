@@ -130,7 +130,7 @@ class Server(Supervision):
         # A cluster converges as a whole or not at all: a node refused above stops every node here.
         self.as_a_whole("passed its preflight before any node changes", "their preflight")
 
-    def as_a_whole(self, what: str, step: str) -> None:
+    def as_a_whole(self, what: str, step: str, then: str = "") -> None:
         """On a cluster, every node stops here when one was refused at ``step`` (pyinfra runs an
         operation on every host before the next, so each node has had its turn)."""
         if self.cluster is not None:
@@ -139,6 +139,7 @@ class Server(Supervision):
                 cluster=self.cluster.name,
                 members=[m.name for m in self.cluster.members],
                 step=step,
+                then=then,
             )
 
     def install(self) -> None:
@@ -371,6 +372,13 @@ class Server(Supervision):
             self.by_systemd(units)
         else:
             self.by_supervisord(units)
+        # a node whose programs did not start fails the others here: the head would otherwise wait
+        # its whole podkit_ready_timeout for a rank that cannot join
+        self.as_a_whole(
+            "started its programs before the head waits for every rank",
+            "the start of their programs",
+            then="the head does not wait for ranks that cannot join",
+        )
 
     def readiness(self) -> None:
         """10. Readiness: vLLM answers and lists the model behind the edge; a new start that fails puts

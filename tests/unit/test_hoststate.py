@@ -948,6 +948,31 @@ def test_programs_a_dead_supervisord_left_are_strays_with_their_children_and_rea
             proc.wait()
 
 
+@pytest.mark.proc
+def test_a_program_that_ended_after_the_process_table_was_read_is_no_stray(tmp_path):
+    """Another host's vLLM restarting beside this one (namespace hosts on one kernel, their volumes at
+    the same path): a process read into the table ends before its mount namespace is compared. It
+    runs nothing, so supervise must not refuse to start for it (a cluster's follower did, on a busy
+    machine, and its head waited out its readiness for a rank that never came)."""
+    from podkit.remote.podctl.processes import proc_table
+    from podkit.remote.podctl.supervisor import program_strays
+
+    settings = settings_for(tmp_path)
+    paths = settings.paths
+    Path(paths.run).mkdir(parents=True)
+    Path(paths.launch_script).parent.mkdir(parents=True)
+    Path(paths.launch_script).write_text("sleep 60\n")
+    launch = spawned(["sh", paths.launch_script])
+    cfg = probe_config(settings)
+    try:
+        table = proc_table()
+        assert [s["pid"] for s in program_strays(cfg, table)] == [launch.pid]  # alive: a stray
+    finally:
+        os.killpg(launch.pid, 9)  # the script and its sleep (a session of their own)
+        launch.wait()
+    assert program_strays(cfg, table) == []  # the same table, the process gone since
+
+
 SERVING = {"/w/podkit/bin/launch.sh": "aa", "/w/podkit/bin/env.sh": "bb"}
 
 

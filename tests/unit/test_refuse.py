@@ -266,14 +266,21 @@ def test_the_served_files_are_copied_once_and_put_back_by_their_copies(tmp_path)
 
 
 @pytest.mark.parametrize(
-    "failed, refused",
+    "failed, then, refused",
     [
-        ([], None),
-        (["b"], "cluster big: b refused (see its lines), so this node changes nothing either"),
-        (["elsewhere"], None),  # a host of another cluster, or none: not this cluster's business
+        ([], "", None),
+        (["b"], "", "cluster big: b refused (see its lines), so this node changes nothing either"),
+        (["elsewhere"], "", None),  # a host of another cluster, or none: not this cluster's business
+        # after the programs' start: the head has restarted, and does not wait for a rank that cannot join
+        (
+            ["b"],
+            "the head does not wait for ranks that cannot join",
+            "cluster big: b refused (see its lines), so the head does not wait for ranks that cannot join; fix that "
+            "node and re-apply",
+        ),
     ],
 )
-def test_a_node_refused_stops_every_node_of_its_cluster_before_any_change(failed, refused):
+def test_a_node_refused_stops_every_node_of_its_cluster_before_any_change(failed, then, refused):
     from types import SimpleNamespace
 
     from pyinfra.api import FunctionCommand
@@ -286,7 +293,7 @@ def test_a_node_refused_stops_every_node_of_its_cluster_before_any_change(failed
     me.name = "a"
     state = SimpleNamespace(failed_hosts=[SimpleNamespace(name=name) for name in failed])
     with ctx_host.use(me), ctx_state.use(state):
-        yielded = list(preflight.together._inner(cluster="big", members=["a", "b"], step="their preflight"))
+        yielded = list(preflight.together._inner(cluster="big", members=["a", "b"], step="their preflight", then=then))
     if refused is None:
         assert yielded == [] and me.noops == ["every node of big passed their preflight"]
         return

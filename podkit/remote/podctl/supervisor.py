@@ -208,11 +208,15 @@ def program_kind(argv, files, conf):
 def same_files(pid):
     """The process sees the files podctl sees: it is in podctl's mount namespace. One in another
     (a container or a test's namespace host on the same kernel, its own volume mounted at the same
-    path) runs another host's files, whatever its argv says: never a stray of this volume."""
+    path) runs another host's files, whatever its argv says: never a stray of this volume. One that
+    ended since the process table was read (another host's vLLM restarting beside this one, on a
+    busy machine) runs nothing: no stray either."""
     try:
         return os.readlink("/proc/%d/ns/mnt" % pid) == os.readlink("/proc/self/ns/mnt")
-    except OSError:
+    except PermissionError:
         return True  # unreadable here (another user's): judged by its argv alone, as before
+    except OSError:
+        return False  # gone (or exiting, its namespaces already let go)
 
 
 def in_unit(pid, units):
