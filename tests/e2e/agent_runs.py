@@ -27,8 +27,10 @@ from pathlib import Path
 #: What every agent is asked. The sandbox's tiny model answers any request that offers tools with
 #: ``get_weather({"city": "Paris", "unit": "celsius"})``, whatever the tools are.
 PROMPT = "What is the weather in Paris? Use the get_weather tool."
-#: The most one turn may take; every agent is bounded well below it by its own flags or a stop.
-TURN_TIMEOUT = 300
+#: The most one turn may take; every agent is bounded well below it by its own flags or a stop. A
+#: hang guard, not a figure: the e2e layer runs every agent's two turns side by side (about 40
+#: processes) on two cores shared with three other sessions: on CI the whole set once took 322 s.
+TURN_TIMEOUT = 600
 
 
 @dataclass
