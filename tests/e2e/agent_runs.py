@@ -21,7 +21,7 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 #: What every agent is asked. The sandbox's tiny model answers any request that offers tools with
@@ -138,6 +138,29 @@ def stop_group(proc: subprocess.Popen) -> None:
             continue
 
 
+def stop_left(home: Path) -> list[int]:
+    """Every process still running with ``home`` as its HOME once its turn ended, killed: what an
+    agent left behind outside its session (Cline's hub daemon detaches into one of its own and
+    served on, spending CPU, for the rest of the suite and after). The pids killed."""
+    marker = b"\0HOME=" + str(home).encode() + b"\0"
+    killed = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                env = b"\0" + handle.read()
+        except OSError:
+            continue
+        if marker in env:
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+                killed.append(int(entry))
+            except ProcessLookupError:
+                pass
+    return killed
+
+
 @dataclass
 class Served:
     """A program a turn needs running beside it (the LiteLLM proxy): + url: where it answers."""
@@ -204,6 +227,7 @@ class Turn:
     seconds: float = 0.0
     stopped: bool = False
     timed_out: bool = False
+    left: list[int] = field(default_factory=list)  # what outlived the turn, stopped after it
 
     @property
     def output(self) -> str:
@@ -228,6 +252,7 @@ class Turn:
             time.sleep(0.5)
         self.rc = None if self.proc.returncode < 0 else self.proc.returncode
         self.seconds = round(time.monotonic() - self.started, 1)
+        self.left = stop_left(self.setup.home)
         self.stdout = (folder / "stdout.txt").read_text(errors="replace")
         self.stderr = (folder / "stderr.txt").read_text(errors="replace")
         return self

@@ -123,6 +123,36 @@ def test_a_turn_is_stopped_once_its_proof_is_there(tmp_path):
     assert turn.stopped and not turn.timed_out and turn.rc is None
 
 
+@pytest.mark.proc
+def test_what_a_turn_left_running_in_a_session_of_its_own_is_stopped_after_it(tmp_path):
+    """As Cline's hub daemon does: the turn starts a detached process (setsid) and exits; the process,
+    outside the turn's group, is found by the turn's HOME and killed. Another HOME's is left alone."""
+    import time
+
+    other_home = tmp_path / "other"
+    other_home.mkdir()
+    other = subprocess.Popen(["sleep", "600"], env={"HOME": str(other_home), "PATH": "/usr/bin:/bin"})
+    daemon = "setsid sleep 600 </dev/null >/dev/null 2>&1 & echo $! > daemon.pid"
+    s = agent_runs.Setup(
+        tmp_path / "home", tmp_path, {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home")}, ["sh", "-c", daemon]
+    )
+    s.home.mkdir()
+    try:
+        turn = agent_runs.start("detacher", s).wait(timeout=60)
+        pid = int((tmp_path / "daemon.pid").read_text())
+        assert turn.rc == 0 and turn.left == [pid]
+        for _ in range(100):  # killed: gone, or a zombie until its parent (init) reaps it
+            if not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "Z":
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"pid {pid} outlived its turn")
+        assert other.poll() is None  # another turn's HOME: not this turn's to stop
+    finally:
+        other.kill()
+        other.wait()
+
+
 CODEX_ROLLOUT = [
     {"type": "session_meta", "payload": {"id": "x"}},
     {
