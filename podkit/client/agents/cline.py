@@ -33,6 +33,9 @@ def render(cs: ClientSettings) -> Setup:
             "cline auth takes it as an argument, so it shows in the process list while that command runs",
             "Cline's per-run -k saves the key to the same file and drops the base URL: run cline auth instead",
             "Cline's settings take no context or output limit for this provider: the server bounds each answer",
+            "Cline can leave its hub daemon (cline --cline-hub-daemon) running after it exits (seen after a refused "
+            "key), with the environment it started with, PODKIT_API_KEY included: end it when done "
+            "(pkill -f cline-hub-daemon)",
         ),
     )
 
