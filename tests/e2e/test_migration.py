@@ -425,14 +425,14 @@ def test_an_idle_pod_stops_itself_but_never_during_a_stream_and_the_next_request
     # the watcher reads vLLM every 5 s, and the one the apply restarted may not have read yet: read
     # until status is clean with a deadline, or the stream's time comes, then say what was read last
     # (a read is begun only where one as long as the last still ends 5 s before the deadline)
-    began = time.monotonic()
-    rc, row = status_row(settled=False)
-    took = time.monotonic() - began
+    def timed_row():
+        began = time.monotonic()
+        return (*status_row(settled=False), time.monotonic() - began)
+
+    rc, row, took = timed_row()
     while (rc != 0 or row["idle_stop_in_minutes"] is None) and time.monotonic() + 1 + took < ready + IDLE_SECONDS - 5:
         time.sleep(1)
-        began = time.monotonic()
-        rc, row = status_row(settled=False)
-        took = time.monotonic() - began
+        rc, row, took = timed_row()
     assert rc == 0 and row["idle_stop_in_minutes"] is not None, row
     assert row["state"] == "up" and row["idle_stop_minutes"] == IDLE_MINUTES
     assert 0 <= row["idle_stop_in_minutes"] <= IDLE_MINUTES
