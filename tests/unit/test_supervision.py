@@ -48,6 +48,10 @@ if [ -f "$control/talk" ]; then
 fi
 [ -f "$control/exit" ] && exit "$(cat "$control/exit")"
 [ -f "$control/engine" ] && bash -c 'exec -a VLLM::EngineCore sleep 300' &
+if [ -f "$control/slow-stop" ]; then  # a stop that takes seconds (vLLM ending its requests)
+    trap 'sleep 3; exit 0' TERM
+    while :; do sleep 1; done
+fi
 exec sleep 300
 """
 STAND_IN_CADDY = """#!/bin/sh
@@ -362,6 +366,23 @@ def test_supervise_restarts_only_the_program_named(pod):
     new_edge = wait_for(lambda: (p := box.pid("edge.pid")) and p != edge and p, what="a new edge")
     assert box.pid("vllm.pid") == new_vllm and not live(edge) and new_edge
     assert box.crashes() == "0", "a restart asked for is no crash"
+
+
+@pytest.mark.proc
+def test_a_deploy_meeting_a_stop_under_way_starts_the_server_once_it_stopped(pod):
+    """The idle watcher stops vLLM as a re-apply reaches supervise: supervisord drops a start asked
+    while the program is STOPPING ("already running"), and the server ended stopped after a deploy
+    that reported success (seen in the e2e layer on a busy machine)."""
+    box = pod()
+    (box.control / "slow-stop").write_text("")
+    box.supervise()
+    vllm, _ = box.running()
+    box.rpc().stopProcess("vllm", False)  # the watcher's stop, under way
+    assert box.programs()["vllm"] == "STOPPING"
+    assert box.supervise() == {"ok": True, "done": ["started vllm"]}
+    assert box.programs()["vllm"] in ("STARTING", "RUNNING")
+    assert wait_for(lambda: (p := box.pid("vllm.pid")) and p != vllm and p, what="a new server")
+    assert not live(vllm)
 
 
 @pytest.mark.proc

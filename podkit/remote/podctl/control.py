@@ -30,7 +30,8 @@ def supervise(cfg):
     (readiness is the deploy's next step): ``reload`` stops supervisord (and its programs) first,
     its config having changed; a supervisord that is not running is started (it starts every
     program); otherwise each of ``restart`` is stopped and started, and each program that is not
-    running (FATAL after its retries, or STOPPED) is started. Restarting vLLM zeroes its exit count."""
+    running (FATAL after its retries, or STOPPED) is started, one that another stop is ending
+    (STOPPING: the idle watcher's) once it stopped. Restarting vLLM zeroes its exit count."""
     sup = cfg["supervisord"]
     run_dir = cfg["run_dir"]
     done = []
@@ -89,6 +90,8 @@ def supervise(cfg):
                 continue
             if states[name] in ("RUNNING", "STARTING", "BACKOFF"):
                 settled(rpc.supervisor.stopProcess, name, True)
+            elif states[name] == "STOPPING":
+                stopped(rpc, name)
             if name == cfg.get("program", "vllm"):
                 reset_crashes(run_dir)
             settled(rpc.supervisor.startProcess, name, False)
@@ -96,6 +99,15 @@ def supervise(cfg):
     except (OSError, xmlrpc.client.Error) as exc:
         return {"ok": False, "error": "supervisord: %s" % str(exc)[:300]}
     return {"ok": True, "done": done}
+
+
+def stopped(rpc, name, timeout=120):
+    """Wait out a stop someone else began (the idle watcher's, ``podkit down``): supervisord takes a
+    start asked meanwhile for a program still running and drops it ("already running"), so the
+    program would end stopped after a deploy that asked for it to run."""
+    deadline = time.time() + timeout
+    while rpc.supervisor.getProcessInfo(name)["statename"] == "STOPPING" and time.time() < deadline:
+        time.sleep(0.2)
 
 
 def settled(call, name, wait):
