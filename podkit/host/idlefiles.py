@@ -74,6 +74,7 @@ def idle_config(
         "supervisord_conf": paths.supervisord_conf,
         "supervisor_socket": paths.supervisor_socket,  # the stop without supervisorctl (the venv gone)
         "unit": UNIT_NAME,
+        "deploy_lock": settings.volume,  # what a deploy flocks while it runs: no idle stop meanwhile
     }
     return json.dumps(config, indent=1, sort_keys=True) + "\n"
 

@@ -306,6 +306,42 @@ def test_a_request_seen_on_the_second_look_keeps_the_server(tmp_path):
     assert stops == [] and json.loads((tmp_path / "idle.json").read_text())["in_flight"] == 1
 
 
+@pytest.mark.proc
+def test_no_idle_stop_while_a_deploy_holds_the_host_and_the_stop_once_it_ended(tmp_path, capsys):
+    """A deploy holds an flock on the volume folder for its whole run (podctl's deploy lock). A stop
+    then raced the deploy's start of the server: supervisord dropped the start of a program it was
+    stopping, and the server ended stopped after a deploy that reported success."""
+    import sys
+
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    stops = []
+    readings = Readings(counts())
+    watcher = idle.Watcher(
+        watcher_config(tmp_path, deploy_lock=str(volume)),
+        readings.read,
+        readings.now,
+        stop=lambda: stops.append(1) or (True, "stopped"),
+    )
+    hold = (
+        "import fcntl, os, sys, time; fcntl.flock(os.open(sys.argv[1], os.O_RDONLY), fcntl.LOCK_EX); "
+        "print(1, flush=True); time.sleep(60)"
+    )
+    deploy = subprocess.Popen([sys.executable, "-c", hold, str(volume)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert deploy.stdout.readline().strip() == "1"  # the deploy holds the host
+        for _ in range(30):  # 150 s, well past the idle minute
+            watcher.tick()
+            readings.t += 5
+        assert stops == [] and not (tmp_path / "stopped.json").exists()
+        assert capsys.readouterr().out.count(idle.DEPLOY_RUNS) == 1
+    finally:
+        deploy.kill()
+        deploy.wait()
+    watcher.tick()  # the deploy ended: the stop it held back is due at once
+    assert stops == [1]
+
+
 @pytest.mark.parametrize("busy", [False, True], ids=["nothing came", "a request reached vLLM before the marker"])
 def test_with_the_wake_hook_the_stop_is_held_against_and_looked_at_once_more(tmp_path, monkeypatch, busy):
     """Bare metal with the wake hook: requests that come while the server stops are held by the hook
@@ -424,7 +460,7 @@ def test_the_watcher_runs_on_the_python_the_host_has():
     assert out.returncode == 0, out.stderr
     imported = {line.split()[1].split(".")[0] for line in source.splitlines() if line.startswith(("import ", "from "))}
     assert imported <= {
-        *("configparser", "hashlib", "http", "json", "math", "os", "re", "shutil", "signal", "socket"),
+        *("configparser", "fcntl", "hashlib", "http", "json", "math", "os", "re", "shutil", "signal", "socket"),
         *("socketserver", "subprocess", "sys", "threading", "time", "urllib", "xmlrpc"),
     }
 

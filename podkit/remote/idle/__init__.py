@@ -11,7 +11,8 @@ starts again whenever the server comes (back) up.
 
 After ``idle_seconds`` of no activity (0: never; the clock is still kept, for
 ``podkit status``) it reads the counters once more and, if nothing runs or
-waits, stops what costs money:
+waits and no deploy holds the host (its flock on the volume folder, podctl's
+deploy lock: the stop waits for the deploy's end), stops what costs money:
 
 - ``action = "runpod"``: the pod itself, through RunPod's REST API v2 (``POST
   /v2/pods/<id>/action`` ``{"action": "stop"}``), the pod's runpodctl where

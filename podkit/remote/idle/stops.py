@@ -4,6 +4,7 @@ its supervisor; the marker that says why, and the state file ``podkit status`` r
 before any stop is needed, that the pod can stop itself: a read of the pod with the same key.
 """
 
+import fcntl
 import http.client
 import json
 import os
@@ -275,6 +276,28 @@ def remove(path):
 def log(line):
     sys.stdout.write("%s podkit-idle: %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), line))
     sys.stdout.flush()
+
+
+def deploy_runs(cfg):
+    """A deploy holds this host's lock now (an flock on the volume folder, podctl's, for the life of
+    the deploy's connection): an idle stop meanwhile would race its start of the server (it ended
+    stopped after a deploy that reported success). Tried without waiting, let go at once."""
+    target = cfg.get("deploy_lock")
+    if not target:
+        return False
+    try:
+        fd = os.open(target, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False  # no flock here: the deploy took none either
+    finally:
+        os.close(fd)  # the flock, where taken, goes with it
+    return False
 
 
 def stop_on_purpose(cfg, by, why, stop, at=None, how="stop"):

@@ -13,6 +13,7 @@ from podkit.remote.idle.config import config_problem
 from podkit.remote.idle.stops import (
     STOPPING_SECONDS,
     check_pod_stop,
+    deploy_runs,
     log,
     read_json,
     stop_on_purpose,
@@ -26,6 +27,7 @@ from podkit.remote.idle.wake import asleep, rest_server, sleeps, start_hook
 #: just before the marker has reached its engine by then (milliseconds on loopback)
 LAST_LOOK_SECONDS = 0.5
 BUSY = "a request came as the server was to stop: it serves on, and the idle clock starts again"
+DEPLOY_RUNS = "a deploy runs on this host: the idle stop waits for its end"
 
 
 class Watcher:
@@ -49,6 +51,7 @@ class Watcher:
         self.self_stop = None
         self.self_stop_due = 0.0
         self.was_up = None
+        self.deploy_held = False
         previous = read_json(cfg["state_file"]) or {}
         self.clock.last_request_at = previous.get("last_request_at")  # survives a restart of the watcher
 
@@ -99,7 +102,11 @@ class Watcher:
         if up != self.was_up:
             log(self.clock.said(up))
             self.was_up = up
-        if due and now >= self.retry_at and not asleep(self.cfg):
+        held = bool(due) and deploy_runs(self.cfg)
+        if held and not self.deploy_held:
+            log(DEPLOY_RUNS)
+        self.deploy_held = held
+        if due and not held and now >= self.retry_at and not asleep(self.cfg):
             # read once more: a request that came in since the last read (or the head, back) keeps the host up
             if self.clock.observe(self.now(), self.read(self.source)):
                 self.act(now)
