@@ -28,7 +28,9 @@ def stand_in(folder: Path, script: str) -> Early:
 def test_a_done_part_is_returned_and_a_failed_one_raises_its_error(tmp_path):
     done = json.dumps({"result": {"rc": 0}, "seconds": 1.0})
     failed = json.dumps({"error": "Traceback ...\nOSError: no space", "seconds": 2.0})
-    early = stand_in(tmp_path, f"printf '%s' '{done}' > sandbox.json; printf '%s' '{failed}' > agents.json")
+    # written whole, then renamed, as the installs write each part (a reader never meets half a file)
+    write = "printf '%s' '{1}' > {0}.part && mv {0}.part {0}.json"
+    early = stand_in(tmp_path, write.format("sandbox", done) + "; " + write.format("agents", failed))
     assert early.wait("sandbox", timeout=30) == {"rc": 0}
     with pytest.raises(EarlyError, match="(?s)installing agents failed: .*OSError: no space"):
         early.wait("agents", timeout=30)
