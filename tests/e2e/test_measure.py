@@ -91,7 +91,7 @@ def test_the_served_model_measured_against_the_plan_changes_nothing_the_server_u
     pod, _ = converged
     before = server_view(pod)
     proc = measure(pod, str(pod.box.model_dir))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (found,) = json.loads(proc.stdout)
     assert found["fits"] is True and found["measured"] is True
     logged = found["logged"]
@@ -110,7 +110,7 @@ def test_a_second_architecture_from_its_config_alone(converged, hub, tmp_path):
     before = server_view(pod)
     env = {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1"}
     proc = measure(pod, REPO, "--max-model-len", "8192", env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (found,) = json.loads(proc.stdout)
     assert found["fits"] is True, found["reason"]
     assert found["logged"]["kv_cache_tokens"] == 64 * 2**20 // 2048
