@@ -373,10 +373,15 @@ def startup_lines(path, needles, most=400):
     return [line[:400] for line in picked[:most]]  # the engine's config line alone is kilobytes
 
 
+#: Seconds for vLLM's ``/openapi.json``: its first answer builds the schema of every route (FastAPI,
+#: cached after), which took over 10 s on two busy cores right after a start (verify then failed)
+OPENAPI_TIMEOUT = 30
+
+
 def openapi_routes(port):
     """The paths the running vLLM serves, from its own ``/openapi.json`` on loopback (None when
     it does not answer)."""
-    status, body = http_get("http://127.0.0.1:%d/openapi.json" % port, timeout=10)
+    status, body = http_get("http://127.0.0.1:%d/openapi.json" % port, timeout=OPENAPI_TIMEOUT)
     if status != 200:
         return None
     try:
