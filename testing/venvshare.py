@@ -37,12 +37,24 @@ def role(environ=os.environ) -> tuple[str, Path] | None:
     return (what, Path(folder)) if what in ("install", "seed") and folder else None
 
 
+#: Beside the venv, what vLLM's first start wrote to the volume's cache that no later start of the
+#: same model changes: its inspection of each model class (``modelinfos``, keyed by the class's
+#: module and a hash of its file, not by a path), which vLLM otherwise makes in a subprocess of its
+#: own that imports vLLM again (about 10 CPU-seconds a sandbox). A moved volume keeps its cache too.
+CACHED = Path("cache") / "vllm" / "modelinfos"
+
+
 def stage(venv: Path, share: Path) -> None:
-    """The installer's venv, hard-linked into ``share`` with a note of the path it was made for."""
+    """The installer's venv, hard-linked into ``share`` with a note of the path it was made for, and
+    vLLM's model inspections from the same volume (:data:`CACHED`) where its first start wrote them."""
     staging = share / "venv.staging"
     shutil.rmtree(staging, ignore_errors=True)
     subprocess.run(["cp", "-al", str(venv), str(staging)], check=True)
     (staging / ".made-for").write_text(str(venv))
+    inspected = venv.parent / CACHED
+    if inspected.is_dir():
+        shutil.rmtree(share / "modelinfos", ignore_errors=True)
+        shutil.copytree(inspected, share / "modelinfos")
     staging.rename(share / "venv")  # whole or absent: a seeded session never takes half
 
 
@@ -72,13 +84,17 @@ def wait(share: Path, timeout: float = WAIT_S) -> Path | None:
 
 
 def seed(staged: Path, venv: Path) -> None:
-    """``venv`` made from the staged one: hard links, and the files naming the old path rewritten."""
+    """``venv`` made from the staged one: hard links, and the files naming the old path rewritten;
+    and vLLM's model inspections staged beside it copied into the same volume's cache."""
     old = (staged / ".made-for").read_text()
     venv.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(["cp", "-al", str(staged), str(venv)], check=True)
     (venv / ".made-for").unlink()
     for path in [venv / "pyvenv.cfg", *(venv / "bin").iterdir()]:
         relocate(path, old, str(venv))
+    inspected = staged.parent / "modelinfos"
+    if inspected.is_dir():
+        shutil.copytree(inspected, venv.parent / CACHED, dirs_exist_ok=True)
 
 
 def relocate(path: Path, old: str, new: str) -> None:

@@ -64,6 +64,33 @@ def test_a_seeded_venv_runs_at_its_path_and_leaves_the_installers_as_it_was(tmp_
     assert not (seeded / ".made-for").exists()
 
 
+def test_vllms_model_inspections_go_with_the_venv_into_the_seeded_volumes_cache(tmp_path):
+    """What vLLM's first start wrote to the installer's volume cache about each model class is in the
+    seeded volume's cache before its first start (else vLLM inspects the class again in a subprocess);
+    an installer whose cache holds none stages the venv alone."""
+    installer = tmp_path / "a" / "podkit" / "venv"
+    make_venv(installer)
+    inspected = installer.parent / "cache" / "vllm" / "modelinfos"
+    inspected.mkdir(parents=True)
+    (inspected / "vllm-model_executor-models-qwen2-Qwen2ForCausalLM.json").write_text('{"hash": "h"}')
+    share = tmp_path / "share"
+    share.mkdir()
+    venvshare.stage(installer, share)
+    seeded = tmp_path / "b" / "podkit" / "venv"
+    venvshare.seed(venvshare.wait(share, timeout=1), seeded)
+    copied = seeded.parent / "cache" / "vllm" / "modelinfos" / "vllm-model_executor-models-qwen2-Qwen2ForCausalLM.json"
+    assert copied.read_text() == '{"hash": "h"}'
+    assert os.stat(copied).st_ino != os.stat(inspected / copied.name).st_ino  # a copy: vLLM may rewrite it
+
+    bare = tmp_path / "c" / "podkit" / "venv"
+    make_venv(bare)
+    alone = tmp_path / "share-c"
+    alone.mkdir()
+    venvshare.stage(bare, alone)
+    venvshare.seed(alone / "venv", tmp_path / "d" / "podkit" / "venv")
+    assert not (tmp_path / "d" / "podkit" / "cache").exists()
+
+
 def test_deleting_the_installers_venv_leaves_the_staged_one_whole(tmp_path):
     installer = tmp_path / "a" / "venv"
     make_venv(installer)
