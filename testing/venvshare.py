@@ -42,6 +42,8 @@ def role(environ=os.environ) -> tuple[str, Path] | None:
 #: module and a hash of its file, not by a path), which vLLM otherwise makes in a subprocess of its
 #: own that imports vLLM again (about 10 CPU-seconds a sandbox). A moved volume keeps its cache too.
 CACHED = Path("cache") / "vllm" / "modelinfos"
+#: Where the share keeps them, beside the staged venv
+STAGED_CACHE = "modelinfos"
 
 
 def stage(venv: Path, share: Path) -> None:
@@ -53,8 +55,8 @@ def stage(venv: Path, share: Path) -> None:
     (staging / ".made-for").write_text(str(venv))
     inspected = venv.parent / CACHED
     if inspected.is_dir():
-        shutil.rmtree(share / "modelinfos", ignore_errors=True)
-        shutil.copytree(inspected, share / "modelinfos")
+        shutil.rmtree(share / STAGED_CACHE, ignore_errors=True)
+        shutil.copytree(inspected, share / STAGED_CACHE)
     staging.rename(share / "venv")  # whole or absent: a seeded session never takes half
 
 
@@ -92,7 +94,7 @@ def seed(staged: Path, venv: Path) -> None:
     (venv / ".made-for").unlink()
     for path in [venv / "pyvenv.cfg", *(venv / "bin").iterdir()]:
         relocate(path, old, str(venv))
-    inspected = staged.parent / "modelinfos"
+    inspected = staged.parent / STAGED_CACHE
     if inspected.is_dir():
         shutil.copytree(inspected, venv.parent / CACHED, dirs_exist_ok=True)
 
